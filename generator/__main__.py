@@ -1,0 +1,116 @@
+"""Command line: `python -m generator {inspect,synth,golden} ...`.
+
+Every failure a user can cause ends in one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from . import __version__
+from .errors import CactError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise CactError(f"{message} (see python -m generator {self.prog.split()[-1]} --help)"
+                        if " " in self.prog else f"{message} (see python -m generator --help)")
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file so a failure never leaves a partial file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".cact")
+    except OSError as exc:
+        raise CactError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise CactError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def cmd_inspect(args) -> int:
+    from . import inspect, reader
+    a = reader.read(args.archive)
+    if args.json:
+        print(json.dumps(inspect.summary(a), indent=2))
+    else:
+        print(inspect.render(a, tensors=not args.brief))
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from . import synth
+    if (args.preset is None) == (args.like is None):
+        raise CactError("synth needs exactly one of --preset NAME or --like ARCHIVE")
+    if args.like:
+        data = synth.synthesize_like(args.like, args.seed)
+    else:
+        data = synth.synthesize(args.preset, args.seed, bitmap=args.bits, kv_window=args.kv_window,
+                                kv_bits=args.kv_bits, heads=not args.no_heads)
+    from . import reader
+    reader.read(data)  # never emit an archive our own reader would refuse
+    write_atomic(args.output, data)
+    print(f"wrote {args.output}: {len(data):,} bytes")
+    return 0
+
+
+def cmd_golden(args) -> int:
+    from . import golden
+    golden.write_golden(args.archive, args.output, args.seed, args.length, args.max_new,
+                        prompt=args.prompt)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
+    p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("inspect", help="validate an archive and describe it")
+    s.add_argument("archive")
+    s.add_argument("--json", action="store_true", help="machine-readable output (docs/inspect-json.md)")
+    s.add_argument("--brief", action="store_true", help="omit the tensor table")
+    s.set_defaults(fn=cmd_inspect)
+
+    s = sub.add_parser("synth", help="write a synthetic archive with random, trained-looking weights")
+    s.add_argument("--preset", help="tiny, small or needle2-base")
+    s.add_argument("--like", metavar="ARCHIVE", help="same geometry, widths and tokenizer as ARCHIVE")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--bits", metavar="MAP", help="bit map, e.g. embedding=4,mhc=4,default=2")
+    s.add_argument("--kv-window", type=int, help="override the header's kv_window")
+    s.add_argument("--kv-bits", type=int, help="override the header's kv_bits (2, 3, 4 or 8)")
+    s.add_argument("--no-heads", action="store_true", help="omit the probe heads")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(fn=cmd_synth)
+
+    s = sub.add_parser("golden", help="write reference golden outputs for an archive")
+    s.add_argument("archive")
+    s.add_argument("-o", "--output", required=True, help="output directory")
+    s.add_argument("--seed", type=int, default=0, help="seed of the token sequence")
+    s.add_argument("--length", type=int, default=48, help="teacher-forced sequence length")
+    s.add_argument("--max-new", type=int, default=64, help="greedy continuation length")
+    s.add_argument("--prompt", default="What is the weather in Lagos?", help="greedy prompt text")
+    s.set_defaults(fn=cmd_golden)
+
+    try:
+        args = p.parse_args(argv)
+        return args.fn(args)
+    except CactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Synthetic archives: realistic, weight-free stand-ins for the published models.
+
+`synthesize(preset, seed)` builds the header of a preset geometry, draws weights whose
+statistics resemble a trained network (non-trivial norms, gates, diagonals, biases, lane
+routing), quantises every CQ tensor with the per-tensor bit map, attaches a real
+SentencePiece tokenizer and writes the archive with the canonical layout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import quant, roles as R, tokenizer, writer
+from .errors import CactError
+from .format import CQ, FP16, FP32, HEADER_FIELDS, KV_BUDGET_BYTES, KV_BUDGET_GROUP, \
+    KV_WINDOW_MIN, TERNARY
+
+DATA = Path(__file__).resolve().parent / "data"
+DEFAULT_BITMAP = "embedding=4,mhc=4,default=2"
+
+
+@dataclass
+class Preset:
+    generation: int
+    geometry: dict
+    tokenizer_model: str
+    heads: dict = field(default_factory=dict)   # code -> (probes P, out)
+    bitmap: str = DEFAULT_BITMAP
+    note: str = ""
+
+
+def _n2(vocab, d, H, G, h, L, max_seq, n, slots, sub, tables, orders, sites, kv_window,
+        kv_bits=8, theta=100000.0):
+    return dict(kv_window=kv_window, kv_bits=kv_bits, vocab=vocab, d_model=d, num_heads=H,
+                num_kv_heads=G, num_layers=L, head_dim=h, max_seq_len=max_seq,
+                hada_n=1 << (d - 1).bit_length(), mhc_lanes=n, engram_slots=slots,
+                engram_sub_dim=sub, num_engram_tables=tables, engram_conv_taps=4,
+                engram_conv_dilation=max(orders) if orders else 0,
+                num_engram_orders=len(orders),
+                **{f"engram_order{i}": (orders[i] if i < len(orders) else 0) for i in range(4)},
+                num_engram_sites=len(sites),
+                **{f"engram_site{i}": (sites[i] if i < len(sites) else 0) for i in range(4)},
+                rope_theta=theta)
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(2, _n2(1024, 64, 4, 2, 16, 2, 256, 4, 64, 16, 4, (2, 3), (0, 1), 64),
+                   "tok1k.model", {1: (4, 32), 2: (8, 1)},
+                   note="2 layers, d 64: builds in a second, every feature present"),
+    "small": Preset(2, _n2(8192, 96, 4, 2, 32, 5, 512, 4, 512, 24, 4, (2, 3), (1, 3), 160),
+                    "tok8k.model", {1: (4, 128), 2: (8, 1)},
+                    note="5 layers, d 96 (padded groups, hada_n 128), the 8k tokenizer"),
+    "needle2-base": Preset(2, _n2(8192, 512, 8, 4, 64, 27, 2048, 4, 8192, 128, 4, (2, 3),
+                                  (2, 15), 256),
+                           "tok8k.model", {1: (4, 128), 2: (8, 1)},
+                           note="the published Needle 2 geometry (405 tensors)"),
+}
+
+
+# ---- bit maps ----------------------------------------------------------------------
+
+def parse_bitmap(text: str) -> dict[str, int]:
+    """Parse `key=bits,...,default=bits` (widths 2, 3, 4, 1.58/ternary) into key -> code."""
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        val = val.strip().lower()
+        if not sep or not key:
+            raise CactError(f"bit map entry {item!r} is not key=bits")
+        code = {"2": 2, "3": 3, "4": 4, "1.58": TERNARY, "ternary": TERNARY}.get(val)
+        if code is None:
+            raise CactError(f"bit map entry {item!r}: width must be 2, 3, 4 or 1.58 (ternary)")
+        out[key] = code
+    if "default" not in out:
+        raise CactError(f"bit map {text!r} has no default=… entry")
+    return out
+
+
+def bits_for(role: str, bitmap: dict[str, int]) -> int:
+    """Width of a CQ tensor: the longest map key that prefixes its canonical name."""
+    name = R.bitmap_name(role) or role
+    best = None
+    for key in bitmap:
+        if key != "default" and name.startswith(key) and (best is None or len(key) > len(best)):
+            best = key
+    return bitmap[best if best else "default"]
+
+
+# ---- kv budget ---------------------------------------------------------------------
+
+def budget_window_n2(h: dict) -> int:
+    """deployment-numerics.md §2.3 for Needle 2: the window the 12 MB KV budget allows."""
+    K = h["num_kv_heads"] * h["head_dim"]
+    d, G = h["d_model"], KV_BUDGET_GROUP
+    per_pos = h["num_layers"] * (2 * K + 2 * (K // G) * 4) + h["num_engram_sites"] * (d + (d // G) * 4)
+    return max(KV_WINDOW_MIN, min((KV_BUDGET_BYTES // per_pos) // G * G, h["max_seq_len"]))
+
+
+# ---- weights that look trained -----------------------------------------------------
+
+class _Draw:
+    """Seeded draws with the statistics of each tensor family."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def normal(self, shape, std=1.0, mean=0.0):
+        return self.rng.normal(mean, std, size=shape)
+
+    def matrix(self, out, inp, gain=1.0):
+        # rows with unequal norms, as trained projections have
+        row_gain = np.exp(self.normal((out, 1), 0.25))
+        return self.normal((out, inp), gain / math.sqrt(inp)) * row_gain
+
+    def zc_scale(self, n, spread=0.15):
+        return self.normal(n, spread, 0.05)
+
+
+def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
+    """Every model tensor through final_norm; `width_of(role)` gives each CQ width code."""
+    if gen != 2:
+        raise CactError("synthesising Needle 3 archives is not implemented yet")
+    rnd = _Draw(seed)
+    dm = R.dims(2, hdr)
+    d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
+    out = []
+    for role in R.core_roles(2, hdr):
+        name = role.name.split(".")[-1]
+        shape = role.shape
+        if role.dtype == CQ:
+            if role.name == "embedding":
+                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.3))
+            elif name == "tables":
+                w = rnd.normal(shape, 1.0)
+            elif name.startswith("phi_"):
+                w = rnd.matrix(*shape, gain=2.0)
+            else:
+                w = rnd.matrix(*shape)
+            out.append(writer.cq(role.name, w, width_of(role.name), codebook))
+            continue
+        if name in ("norm_in", "post_norm", "pre_hada", "final_norm", "q_norm", "k_norm"):
+            v = rnd.zc_scale(shape[0])
+        elif name == "attn_gate":
+            v = rnd.normal(1, 0.5, -0.5)
+        elif name == "d1":
+            v = rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
+        elif name == "d2":
+            v = rnd.normal(N, 0.3, 1.5)
+        elif name == "d3":
+            v = rnd.normal(N, 0.1, 0.3)
+        elif name in ("a_pre", "a_post", "a_res"):
+            v = rnd.normal(L, 0.1, 0.6)
+        elif name in ("b_pre", "b_post"):
+            v = rnd.normal((L, n), 0.5)
+        elif name == "b_res":
+            v = rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
+        elif name == "taps":
+            v = rnd.normal((4, d), 0.3) + np.array([[1.0], [0.4], [0.2], [0.1]])
+        else:  # pragma: no cover - every Needle 2 FP16 role is listed above
+            raise AssertionError(role.name)
+        out.append(writer.fp16(role.name, np.asarray(v).reshape(shape)))
+    return out
+
+
+def draw_heads_n2(hdr: dict, heads: dict, seed: int) -> list:
+    if not heads:
+        return []
+    rnd = _Draw(seed + 7919)
+    d = hdr["d_model"]
+    codes = sorted(heads)
+    out = [writer.fp16("heads.manifest", np.array(codes, dtype=np.float32))]
+    for code in codes:
+        P, o = heads[code]
+        name = R.N2_HEAD_NAMES[code]
+        out.append(writer.fp16(f"head.{name}.probes", rnd.normal((P, d), 1.0)))
+        out.append(writer.fp16(f"head.{name}.proj", rnd.matrix(o, P * d)))
+        bias = np.zeros(o) if code == 1 else rnd.normal(o, 0.5)
+        out.append(writer.fp16(f"head.{name}.bias", bias))
+    return out
+
+
+# ---- entry points ------------------------------------------------------------------
+
+def tokenizer_blob(model_name: str) -> bytes:
+    path = DATA / model_name
+    if not path.is_file():
+        raise CactError(f"tokenizer model {path} is missing; run generator/data/train_tokenizer.py")
+    return tokenizer.build_blob(str(path))
+
+
+def synthesize(preset: str, seed: int = 0, *, bitmap: str | None = None,
+               kv_window: int | None = None, kv_bits: int | None = None,
+               heads: bool = True) -> bytes:
+    if preset not in PRESETS:
+        raise CactError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    hdr = dict(p.geometry)
+    if kv_window is not None:
+        if not 0 <= kv_window <= hdr["max_seq_len"]:
+            raise CactError(f"--kv-window {kv_window} must be between 0 and max_seq_len "
+                            f"{hdr['max_seq_len']}")
+        hdr["kv_window"] = kv_window
+    if kv_bits is not None:
+        if kv_bits not in (2, 3, 4, 8):
+            raise CactError(f"--kv-bits {kv_bits} must be 2, 3, 4 or 8")
+        hdr["kv_bits"] = kv_bits
+    bm = parse_bitmap(bitmap or p.bitmap)
+    codebook = quant.default_codebook()
+    tensors = draw_core(p.generation, hdr, lambda role: bits_for(role, bm), codebook, seed)
+    if heads:
+        tensors += draw_heads_n2(hdr, p.heads, seed)
+    tensors.append(writer.raw("tokenizer", tokenizer_blob(p.tokenizer_model)))
+    return writer.write(p.generation, hdr, codebook, tensors)
+
+
+def synthesize_like(archive, seed: int = 0) -> bytes:
+    """New weights for an existing archive: same geometry, per-tensor widths, heads, tokenizer."""
+    from . import reader
+    a = archive if isinstance(archive, reader.Archive) else reader.read(archive)
+    if a.generation != 2:
+        raise CactError("--like supports Needle 2 archives only for now")
+    hdr = {k: v for k, v in a.header.items() if k not in ("tag", "num_tensors", "codebook_len")}
+    widths = {r.role: r.bits for r in a.records if r.dtype == CQ}
+    codebook = a.codebook
+    tensors = draw_core(2, hdr, widths.__getitem__, codebook, seed)
+    heads = {}
+    for hd in a.heads:
+        probes = a.record(f"head.{hd.name}.probes").shape[0]
+        outw = a.record(f"head.{hd.name}.proj").shape[0]
+        heads[hd.code] = (probes, outw)
+    tensors += draw_heads_n2(hdr, heads, seed)
+    tensors.append(writer.raw("tokenizer", a.tokenizer_blob()))
+    return writer.write(2, hdr, codebook, tensors)
+
+
+__all__ = ["PRESETS", "synthesize", "synthesize_like", "parse_bitmap", "bits_for",
+           "budget_window_n2", "DEFAULT_BITMAP", "HEADER_FIELDS", "FP32"]
