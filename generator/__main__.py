@@ -65,8 +65,7 @@ def cmd_synth(args) -> int:
 
 def cmd_golden(args) -> int:
     from . import golden
-    golden.write_golden(args.archive, args.output, args.seed, args.length, args.max_new,
-                        prompt=args.prompt)
+    golden.write(args.names, args.output)
     return 0
 
 
@@ -92,13 +91,9 @@ def main(argv=None) -> int:
     s.add_argument("-o", "--output", required=True)
     s.set_defaults(fn=cmd_synth)
 
-    s = sub.add_parser("golden", help="write reference golden outputs for an archive")
-    s.add_argument("archive")
-    s.add_argument("-o", "--output", required=True, help="output directory")
-    s.add_argument("--seed", type=int, default=0, help="seed of the token sequence")
-    s.add_argument("--length", type=int, default=48, help="teacher-forced sequence length")
-    s.add_argument("--max-new", type=int, default=64, help="greedy continuation length")
-    s.add_argument("--prompt", default="What is the weather in Lagos?", help="greedy prompt text")
+    s = sub.add_parser("golden", help="regenerate the reference golden files (all recipes by default)")
+    s.add_argument("names", nargs="*", help="recipe names (generator/golden.py RECIPES)")
+    s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
     s.set_defaults(fn=cmd_golden)
 
     try:

@@ -134,7 +134,7 @@ def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
         shape = role.shape
         if role.dtype == CQ:
             if role.name == "embedding":
-                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.3))
+                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.1))
             elif name == "tables":
                 w = rnd.normal(shape, 1.0)
             elif name.startswith("phi_"):
@@ -143,20 +143,26 @@ def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
                 w = rnd.matrix(*shape)
             out.append(writer.cq(role.name, w, width_of(role.name), codebook))
             continue
-        if name in ("norm_in", "post_norm", "pre_hada", "final_norm", "q_norm", "k_norm"):
+        if name == "final_norm":  # gain about 2: logits spread like a trained head's
+            v = rnd.zc_scale(shape[0]) + 1.0
+        elif name in ("q_norm", "k_norm"):  # gain about 2: attention is sharp, not uniform
+            v = rnd.zc_scale(shape[0], 0.3) + 1.0
+        elif name in ("norm_in", "post_norm", "pre_hada"):
             v = rnd.zc_scale(shape[0])
         elif name == "attn_gate":
-            v = rnd.normal(1, 0.5, -0.5)
+            v = rnd.normal(1, 0.5, 1.5)
         elif name == "d1":
             v = rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
         elif name == "d2":
             v = rnd.normal(N, 0.3, 1.5)
         elif name == "d3":
-            v = rnd.normal(N, 0.1, 0.3)
+            v = rnd.normal(N, 0.8, 3.0)
         elif name in ("a_pre", "a_post", "a_res"):
             v = rnd.normal(L, 0.1, 0.6)
-        elif name in ("b_pre", "b_post"):
+        elif name == "b_pre":
             v = rnd.normal((L, n), 0.5)
+        elif name == "b_post":  # lifts the off-lane writes, as training does, so blocks matter
+            v = rnd.normal((L, n), 0.5, 2.5)
         elif name == "b_res":
             v = rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
         elif name == "taps":

@@ -352,7 +352,7 @@ class Needle2:
             if stop_at_eos and nxt == EOS_ID:
                 break
             out.append(nxt)
-            if state.pos >= max_len:
+            if len(ids) + len(out) >= max_len:
                 break
             logits = self.forward(state, [nxt])[-1]
         return out

@@ -50,7 +50,8 @@ def seq_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def exp(x) -> np.ndarray:
-    return np.exp(f32(x).astype(np.float64)).astype(F32)
+    with np.errstate(over="ignore"):  # exp of a large argument is +inf in f32, as in C
+        return np.exp(f32(x).astype(np.float64)).astype(F32)
 
 
 def log(x) -> np.ndarray:

@@ -1,0 +1,269 @@
+"""The NumPy reference of Needle 2: self-consistency, goldens, fidelity, sensitivity."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator import golden, reader, synth, writer
+from generator.errors import CactError
+from generator.format import CQ, FP16
+from generator.reference import Needle2
+from generator.reference import numerics as nm
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+NAMES = sorted(golden.RECIPES)
+
+
+@pytest.fixture(scope="module")
+def goldens():
+    return {n: golden.load(GOLDEN / n) for n in NAMES}
+
+
+@pytest.fixture(scope="module")
+def archives():
+    return {n: reader.read(GOLDEN / n / "archive.cact") for n in NAMES}
+
+
+# ---- self-consistency ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_then_decode_equals_full_forward_a8(archives, goldens, name):
+    """a8 is bit-exact whatever the batching: every op is position-wise or ordered."""
+    meta, _ = goldens[name]
+    m = Needle2(archives[name], "a8")
+    seq = meta["tokens"]
+    full = m.logits(seq)
+    s = m.new_state()
+    parts = [m.forward(s, seq[:20]), m.forward(s, seq[20:23])]
+    parts += [m.forward(s, [t]) for t in seq[23:]]
+    assert np.array_equal(np.concatenate(parts), full)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_then_decode_matches_full_forward_float(archives, goldens, name):
+    """float uses BLAS products whose order depends on the batch: equal to f32 rounding."""
+    meta, _ = goldens[name]
+    m = Needle2(archives[name], "float")
+    seq = meta["tokens"]
+    full = m.logits(seq)
+    s = m.new_state()
+    parts = [m.forward(s, seq[:25])] + [m.forward(s, [t]) for t in seq[25:]]
+    got = np.concatenate(parts)
+    assert np.abs(got - full).max() <= 1e-4 * np.abs(full).max()
+
+
+# ---- goldens ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_archive_is_reproducible_from_its_recipe(goldens, name):
+    meta, _ = goldens[name]
+    data = golden.build_archive(name)
+    assert hashlib.sha256(data).hexdigest() == meta["archive_sha256"]
+    assert (GOLDEN / name / "archive.cact").read_bytes() == data
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_reproduces_goldens(archives, goldens, name):
+    """Regression: today's reference gives the committed answers (a8 to the bit)."""
+    meta, logits = goldens[name]
+    a = archives[name]
+    for mode in ("a8", "float"):
+        got = Needle2(a, mode).logits(meta["tokens"])
+        if mode == "a8":
+            assert np.array_equal(got, logits[mode])
+        else:
+            assert np.abs(got - logits[mode]).max() <= 1e-5 * np.abs(logits[mode]).max()
+    m = Needle2(a, "a8")
+    assert m.generate(meta["prompt_ids"], meta["recipe"]["max_new"]) == meta["greedy"]["a8"]
+
+
+def fidelity(a8: np.ndarray, fl: np.ndarray) -> tuple[float, float, float]:
+    """(min per-position cosine, top-1 agreement, max |Δ| / max |logit|)."""
+    cos = (a8 * fl).sum(1) / np.linalg.norm(a8, axis=1) / np.linalg.norm(fl, axis=1)
+    top1 = float(np.mean(a8.argmax(1) == fl.argmax(1)))
+    return float(cos.min()), top1, float(np.abs(a8 - fl).max() / np.abs(fl).max())
+
+
+# Measured on the goldens (min per-position cosine, top-1 agreement): tiny 0.99863 / 0.958,
+# small 0.99879 / 1.000, tiny-wrap-kv4 0.97119 / 0.938.  The CQ-coded KV cache is a
+# discontinuous quantiser, so int8 activation noise flips some KV codes: hence its lower floor.
+FIDELITY_FLOOR = {"tiny": (0.995, 0.85), "small": (0.995, 0.85), "tiny-wrap-kv4": (0.95, 0.80)}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a8_vs_float_fidelity(goldens, name):
+    """A8 deployment numerics stay close to the trained float model (docs/numerics.md §10)."""
+    meta, logits = goldens[name]
+    cos, top1, rel = fidelity(logits["a8"], logits["float"])
+    print(f"\n{name}: min cosine {cos:.5f}, top-1 agreement {top1:.3f}, max rel diff {rel:.4f}",
+          file=sys.stderr)
+    min_cos, min_top1 = FIDELITY_FLOOR[name]
+    assert cos >= min_cos
+    assert top1 >= min_top1
+
+
+# ---- KV window, bits and sinks ------------------------------------------------------
+
+def test_window_only_changes_positions_past_it(archives, goldens):
+    meta, _ = goldens["tiny"]
+    a = archives["tiny"]
+    seq = meta["tokens"]
+    W = 8
+    full = Needle2(a, "a8", kv_window=0).logits(seq)
+    win = Needle2(a, "a8", kv_window=W).logits(seq)
+    assert np.array_equal(full[:W], win[:W])
+    assert np.abs(full[W:] - win[W:]).max(axis=1).min() > 0
+
+
+def test_window_bounds_how_far_back_a_token_reaches(archives, goldens):
+    """With window W, L layers and engram reach 3δ + (max order − 1), the logits at t depend
+    on no token before t − L·(W − 1) − reach; nearer tokens do change them."""
+    meta, _ = goldens["tiny-wrap-kv4"]
+    a = archives["tiny-wrap-kv4"]
+    m = Needle2(a, "a8")
+    W, L = a.header["kv_window"], a.header["num_layers"]
+    assert W == 16
+    reach = L * (W - 1) + 3 * a.header["engram_conv_dilation"] + 2
+    seq = meta["tokens"]
+    assert len(seq) > 1 + reach + 1
+    changed = list(seq)
+    changed[1] = (changed[1] + 7) % a.header["vocab"]
+    base, other = m.logits(seq), m.logits(changed)
+    assert np.array_equal(base[2 + reach:], other[2 + reach:])
+    assert (np.abs(base[1:W] - other[1:W]).max(axis=1) > 0).all()
+
+
+def test_sinks_keep_the_prefix_visible(archives, goldens):
+    meta, _ = goldens["tiny"]
+    a = archives["tiny"]
+    seq = meta["tokens"]
+    plain = Needle2(a, "a8", kv_window=8).logits(seq)
+    sunk = Needle2(a, "a8", kv_window=8, n_sinks=4).logits(seq)
+    assert np.array_equal(plain[:8], sunk[:8])
+    assert not np.array_equal(plain[12:], sunk[12:])
+
+
+def test_kv_bits_change_numerics(archives, goldens):
+    meta, _ = goldens["tiny"]
+    a = archives["tiny"]
+    data = bytearray(a.data)
+    data[16:20] = (4).to_bytes(4, "little")       # header kv_bits
+    a4 = reader.read(bytes(data))
+    l8 = Needle2(a, "a8").logits(meta["tokens"][:16])
+    l4 = Needle2(a4, "a8").logits(meta["tokens"][:16])
+    assert not np.array_equal(l8, l4)
+    assert fidelity(l4, l8)[0] > 0.9
+
+
+# ---- every tensor matters -----------------------------------------------------------
+
+def _replace(archive, role: str, seed: int) -> bytes:
+    """The archive with one tensor's payload replaced by a perturbed version."""
+    rec = archive.record(role)
+    rng = np.random.default_rng(seed)
+    if rec.dtype == FP16:
+        v = archive.array(role)
+        new = writer.fp16(role, v + rng.normal(0.5, 0.25, v.shape)).payload
+    else:
+        t = archive.cq(role)
+        w = t.dequantize()
+        w = w + rng.normal(0, 1, w.shape) * np.abs(w).mean()
+        new = writer.cq(role, w, rec.bits, archive.codebook).payload
+    assert len(new) == rec.nbytes
+    data = bytearray(archive.data)
+    data[rec.offset:rec.offset + rec.nbytes] = new
+    return bytes(data)
+
+
+def test_every_tensor_changes_the_logits(archives, goldens):
+    """Synthetic weights look trained: no tensor is dead, group by group (tiny archive)."""
+    meta, _ = goldens["tiny"]
+    a = archives["tiny"]
+    seq = meta["tokens"][:24]
+    base = Needle2(a, "float").logits(seq)
+    scale = np.abs(base).max()
+    dead = []
+    for i, rec in enumerate(a.records):
+        if rec.role == "tokenizer" or rec.role.startswith("head"):
+            continue
+        other = Needle2(reader.read(_replace(a, rec.role, i)), "float").logits(seq)
+        if np.abs(other - base).max() < 1e-3 * scale:
+            dead.append(rec.role)
+    assert dead == []
+
+
+def test_every_head_tensor_changes_its_head(archives, goldens):
+    meta, _ = goldens["tiny"]
+    a = archives["tiny"]
+    seq = meta["tokens"][:16]
+    base = Needle2(a, "float").heads(seq)
+    assert set(base) == {"contrastive", "confidence"}
+    assert abs(np.linalg.norm(base["contrastive"]) - 1) < 1e-5
+    for i, rec in enumerate(a.records):
+        if not rec.role.startswith("head.") or rec.role.endswith("contrastive.bias"):
+            continue
+        other = Needle2(reader.read(_replace(a, rec.role, i)), "float").heads(seq)
+        name = rec.role.split(".")[1]
+        assert not np.allclose(other[name], base[name], rtol=1e-4, atol=1e-6), rec.role
+
+
+# ---- pinned numerics choices (docs/numerics.md [FLAG] choices) ----------------------
+
+def test_int8_codebook_for_2_bit_levels(archives):
+    cb = archives["tiny"].codebook
+    table, s_c = nm.int8_levels(2, cb)
+    assert table.tolist() == [-127, -38, 38, 127]
+    assert s_c == np.float32(np.float32(0.13346045) / np.float32(127))
+    t3, _ = nm.int8_levels(5, cb)
+    assert t3.tolist() == [0, 1, 0, -1]
+
+
+def test_activation_quantisation_rounds_half_to_even():
+    q, scale = nm.quantize_int8(np.array([[127.0, 0.5, 1.5, -2.5, 0.0]], dtype=np.float32))
+    assert q.tolist() == [[127, 0, 2, -2, 0]]
+    assert scale[0] == np.float32(1.0)
+    q0, s0 = nm.quantize_int8(np.zeros((1, 4), np.float32))
+    assert q0.tolist() == [[0, 0, 0, 0]] and s0[0] == 0
+
+
+def test_kv_int8_groups_of_32():
+    x = np.zeros(64, np.float32)
+    x[0], x[40] = 1.0, 100.0     # separate groups keep separate scales
+    y = nm.kv_int8(x)
+    assert y[0] == 1.0 and y[40] == 100.0
+
+
+def test_engram_hash_matches_the_spec_by_hand(archives):
+    a = archives["tiny"]
+    m = Needle2(a, "a8")
+    toks = [2, 500, 17]
+    slots = m.engram_slots(toks, 2)
+    acc = (0x9E3779B9 * 1) & 0xFFFFFFFF            # order 2, head 0: seed τ+1 = 1
+    for tok in (17, 500):
+        acc = ((acc ^ tok) * 0x01000193) & 0xFFFFFFFF
+    acc ^= acc >> 15
+    assert slots[0] == (acc % a.header["engram_slots"], True)
+    assert [v for _, v in m.engram_slots(toks, 0)] == [False] * 4
+    assert [v for _, v in m.engram_slots(toks, 1)] == [True, True, False, False]
+
+
+def test_sinkhorn_columns_sum_to_one():
+    r = np.random.default_rng(0).normal(size=(3, 4, 4)).astype(np.float32)
+    p = nm.sinkhorn(r)
+    assert np.allclose(p.sum(axis=-2), 1, atol=1e-6)
+    assert np.allclose(p.sum(axis=-1), 1, atol=1e-3)
+
+
+def test_rejects_bad_tokens_and_overlong_sequences(archives):
+    m = Needle2(archives["tiny"], "a8")
+    with pytest.raises(CactError, match="outside the vocabulary"):
+        m.logits([2, 1024])
+    with pytest.raises(CactError, match="max_seq_len"):
+        m.logits([2] * 257)
+    with pytest.raises(CactError, match="numerics mode"):
+        Needle2(archives["tiny"], "bf16")
