@@ -69,6 +69,17 @@ def cmd_golden(args) -> int:
     return 0
 
 
+def cmd_emit(args) -> int:
+    from . import engine, plan
+    opts = plan.Options(board=args.board, kv_window=args.kv_window)
+    ctx = engine.generate(args.archive, args.output, opts,
+                          incbin_path=os.path.abspath(args.archive))
+    for w in ctx["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {len(engine.outputs())} files to {args.output}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
@@ -95,6 +106,13 @@ def main(argv=None) -> int:
     s.add_argument("names", nargs="*", help="recipe names (generator/golden.py RECIPES)")
     s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
     s.set_defaults(fn=cmd_golden)
+
+    s = sub.add_parser("emit", help="generate the C engine for an archive (SCons does this for you)")
+    s.add_argument("archive")
+    s.add_argument("-o", "--output", required=True, help="output directory")
+    s.add_argument("--board", default="host")
+    s.add_argument("--kv-window", type=int, help="smaller KV window (changes numerics)")
+    s.set_defaults(fn=cmd_emit)
 
     try:
         args = p.parse_args(argv)

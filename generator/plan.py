@@ -1,0 +1,198 @@
+"""Plan: turn a validated archive and a board's options into plain data for the templates.
+
+Every decision the generated engine bakes in is made here: geometry constants, each
+tensor's absolute offset in the linked archive, integer codebooks, RoPE frequencies, the
+KV ring size and coding, scratch buffer sizes, and the boot-check hash.  The result is a
+dict of numbers, strings and lists; `emit` only renders it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__, quant, roles as R
+from .errors import CactError
+from .format import CODEBOOK_LEN, CQ, HEADER_BYTES, RECORD_BYTES, TERNARY, codebook_block, \
+    cq_geometry, KV_BUDGET_BYTES, KV_BUDGET_GROUP, KV_WINDOW_MIN
+from .reader import Archive
+from .reference import numerics as nm
+
+KV_INT8_GROUP = 32
+KV_CQ_GROUP = 64
+
+
+@dataclass
+class Options:
+    """Build options that shape the engine (from the board file and the command line)."""
+
+    board: str = "host"
+    kv_window: int | None = None      # explicit smaller window (changes numerics: warned)
+    kv_budget: int = KV_BUDGET_BYTES   # bytes of RAM for the KV cache when kv_window is 0
+    max_text: int = 16384              # bytes of prompt text the tokenizer accepts
+
+
+def fnv1a64(data) -> int:
+    h = 0xCBF29CE484222325
+    for b in bytes(data):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def kv_vector_bytes(width: int, kv_bits: int) -> tuple[int, int]:
+    """(code bytes, scale-or-norm entries) of one stored head vector."""
+    if kv_bits == 8:
+        return width, -(-width // KV_INT8_GROUP)
+    pad = -(-width // KV_CQ_GROUP) * KV_CQ_GROUP
+    return pad * kv_bits // 8, pad // KV_CQ_GROUP
+
+
+def kv_bytes_per_position(h: dict) -> int:
+    code, groups = kv_vector_bytes(h["head_dim"], h["kv_bits"])
+    per_vec = code + groups * (4 if h["kv_bits"] == 8 else 2)
+    return 2 * h["num_layers"] * h["num_kv_heads"] * per_vec
+
+
+def budget_window(h: dict, budget: int) -> int:
+    """deployment-numerics.md §2.3 (Needle 2) with the board's budget in place of 12 MB."""
+    K = h["num_kv_heads"] * h["head_dim"]
+    d, G = h["d_model"], KV_BUDGET_GROUP
+    per_pos = h["num_layers"] * (2 * K + 2 * (K // G) * 4) + h["num_engram_sites"] * (d + (d // G) * 4)
+    return max(KV_WINDOW_MIN, min((budget // per_pos) // G * G, h["max_seq_len"]))
+
+
+def window_for(h: dict, opts: Options) -> tuple[int, list[str]]:
+    """The engine's ring size and any warnings the user must see."""
+    warnings = []
+    header_w = h["kv_window"]
+    if header_w == 0:
+        w = budget_window(h, opts.kv_budget)
+        warnings.append(f"header kv_window is 0: sized from the {opts.kv_budget:,}-byte KV budget "
+                        f"to {w} positions")
+    else:
+        w = header_w
+    if opts.kv_window is not None:
+        if not 1 <= opts.kv_window <= w:
+            raise CactError(f"kv_window={opts.kv_window} must be between 1 and the archive's window {w}")
+        if opts.kv_window < w:
+            warnings.append(f"kv_window={opts.kv_window} is smaller than the trained window {w}: "
+                            "this changes the model's numerics")
+        w = opts.kv_window
+    return w, warnings
+
+
+def _cname(role: str) -> str:
+    return role.replace(".", "_")
+
+
+def _cq_plan(a: Archive, role: str) -> dict:
+    rec = a.record(role)
+    out, inp = rec.shape
+    in_pad, ng, row_bytes, _ = cq_geometry(out, inp, rec.group, rec.bits)
+    return {"role": role, "cname": _cname(role), "offset": rec.offset, "bits": rec.bits,
+            "rows": out, "cols": inp, "in_pad": in_pad, "ng": ng, "row_bytes": row_bytes,
+            "norms": rec.offset + out * row_bytes, "nbytes": rec.nbytes,
+            "kind": "ternary" if rec.bits == TERNARY else f"cq{rec.bits}"}
+
+
+def _vec_plan(a: Archive, role: str) -> dict:
+    rec = a.record(role)
+    return {"role": role, "cname": _cname(role), "offset": rec.offset, "shape": list(rec.shape),
+            "count": int(math.prod(rec.shape)), "nbytes": rec.nbytes}
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
+    """ω_j of docs/numerics.md, computed exactly as the reference does."""
+    j = np.arange(head_dim // 2)
+    e = np.float32(2) * j.astype(np.float32) / np.float32(head_dim)
+    powv = np.power(np.float64(np.float32(theta)), e.astype(np.float64)).astype(np.float32)
+    return [float(x) for x in (np.float32(1) / powv)]
+
+
+def plan(a: Archive, opts: Options | None = None) -> dict:
+    opts = opts or Options()
+    if a.generation != 2:
+        raise CactError(f"archive is Needle {a.generation}; the C engine supports Needle 2 for now")
+    h = a.header
+    d, L, H, G, hd = h["d_model"], h["num_layers"], h["num_heads"], h["num_kv_heads"], h["head_dim"]
+    n, N, V = h["mhc_lanes"], h["hada_n"], h["vocab"]
+    S = h["num_engram_sites"]
+    window, warnings = window_for(h, opts)
+
+    layers = []
+    for l in range(L):
+        p = f"layer{l:02d}."
+        layers.append({
+            "index": l,
+            "vec": {k: _vec_plan(a, p + k) for k in ("norm_in", "q_norm", "k_norm", "post_norm",
+                                                     "attn_gate", "pre_hada", "d1", "d2", "d3")},
+            "cq": {k: _cq_plan(a, p + k) for k in ("q_proj", "k_proj", "v_proj", "gate_proj",
+                                                   "out_proj")},
+            "site": R.sites(h).index(l) if l in R.sites(h) else -1,
+        })
+    mhc_vec = {k: _vec_plan(a, "mhc." + k) for k in ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")}
+    mhc_cq = {k: _cq_plan(a, "mhc." + k) for k in ("phi_pre", "phi_post", "phi_res")}
+    sites = []
+    for s in range(S):
+        sites.append({"index": s, "layer": R.sites(h)[s],
+                      "tables": _cq_plan(a, f"engram{s}.tables"),
+                      "key_proj": _cq_plan(a, f"engram{s}.key_proj"),
+                      "value_proj": _cq_plan(a, f"engram{s}.value_proj"),
+                      "taps": _vec_plan(a, f"engram{s}.taps")})
+    embedding = _cq_plan(a, "embedding")
+
+    all_cq = [embedding] + list(mhc_cq.values()) + [c for ly in layers for c in ly["cq"].values()]
+    all_cq += [s[k] for s in sites for k in ("tables", "key_proj", "value_proj")]
+    widths = sorted({c["bits"] for c in all_cq})
+    codebooks = []
+    for bits in widths:
+        table, s_c = nm.int8_levels(bits, a.codebook)
+        levels = quant.level_table(bits, a.codebook)
+        codebooks.append({"bits": bits, "kind": "ternary" if bits == TERNARY else f"cq{bits}",
+                          "int8": [int(x) for x in table], "s_c": float(s_c),
+                          "levels": [0.0 if math.isnan(x) else float(x) for x in levels]})
+    kv_levels = []
+    if h["kv_bits"] != 8:
+        lv, mids = nm.kv_cq_levels(h["kv_bits"], a.codebook)
+        kv_levels = {"levels": [float(x) for x in lv], "mids": [float(x) for x in mids]}
+
+    orders = R.orders(h)
+    T_e = h["num_engram_tables"]
+    E = T_e * h["engram_sub_dim"]
+    max_in_pad = max(c["in_pad"] for c in all_cq if c["role"] != "embedding" and
+                     not c["role"].endswith(".tables"))
+    kv_code, kv_groups = kv_vector_bytes(hd, h["kv_bits"])
+    dir_end = HEADER_BYTES[2] + 4 * CODEBOOK_LEN + RECORD_BYTES * len(a.records)
+    tok = a.records[-1]
+    return {
+        "provenance": {"archive_sha256": a.sha256(), "archive_bytes": a.size,
+                       "generator_version": __version__, "board": opts.board,
+                       "kv_window_option": opts.kv_window},
+        "warnings": warnings,
+        "generation": 2,
+        "header": dict(h),
+        "tag": h["tag"],
+        "boot_hash": fnv1a64(memoryview(a.data)[:dir_end]),
+        "boot_hash_bytes": dir_end,
+        "archive_bytes": a.size,
+        "d": d, "V": V, "L": L, "H": H, "G": G, "HD": hd, "A": H * hd, "K": G * hd,
+        "N": N, "LANES": n, "MAX_SEQ": h["max_seq_len"], "S": S, "E": E, "T_E": T_e,
+        "SLOTS": h["engram_slots"], "SUB": h["engram_sub_dim"], "ORDERS": orders,
+        "HEADS_PER_ORDER": T_e // len(orders) if orders else 0,
+        "DILATION": h["engram_conv_dilation"], "MAX_ORDER": max(orders) if orders else 1,
+        "window": window, "kv_bits": h["kv_bits"], "kv_code_bytes": kv_code,
+        "kv_groups": kv_groups, "kv_levels": kv_levels,
+        "kv_hd_pad": -(-hd // KV_CQ_GROUP) * KV_CQ_GROUP,
+        "sqrt_d": float(nm.sqrt_f32(d)), "sqrt_hd": float(nm.sqrt_f32(hd)),
+        "inv_sqrt_g": float(quant.inv_sqrt(128)), "inv_sqrt_n": float(quant.inv_sqrt(N)),
+        "sqrt2": float(nm.sqrt_f32(2.0)),
+        "rope_inv_freq": rope_inv_freq(hd, h["rope_theta"]),
+        "max_in_pad": max_in_pad,
+        "embedding": embedding, "layers": layers, "mhc_vec": mhc_vec, "mhc_cq": mhc_cq,
+        "sites": sites, "final_norm": _vec_plan(a, "final_norm"),
+        "codebooks": codebooks, "widths": widths,
+        "tokenizer_offset": tok.offset, "tokenizer_bytes": tok.nbytes,
+        "kv_bytes": kv_bytes_per_position(h) * window,
+    }
