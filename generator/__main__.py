@@ -80,6 +80,11 @@ def cmd_emit(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from . import bench
+    return bench.main(args.archive, args.engine, args.tokens)
+
+
 def main(argv=None) -> int:
     p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
@@ -114,11 +119,24 @@ def main(argv=None) -> int:
     s.add_argument("--kv-window", type=int, help="smaller KV window (changes numerics)")
     s.set_defaults(fn=cmd_emit)
 
+    s = sub.add_parser("bench", help="engine vs NumPy reference speed (scons bench=1 runs this)")
+    s.add_argument("archive")
+    s.add_argument("--engine", required=True, help="command that runs the built engine")
+    s.add_argument("--tokens", type=int, default=32)
+    s.set_defaults(fn=cmd_bench)
+
     try:
         args = p.parse_args(argv)
         return args.fn(args)
     except CactError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:   # e.g. `inspect --json | head -1`: the reader went away
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        print("error: output closed before it was complete (broken pipe)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -195,10 +195,12 @@ class _Parser:
 
     # ---- entry point --------------------------------------------------------------
     def parse(self, check_data: bool) -> Archive:
-        gen = self.parse_tag()
+        gen = self.gen = self.parse_tag()
         hdr = self.parse_header(gen)
         codebook = self.parse_codebook(gen, hdr)
         self.check_geometry(gen, hdr)
+        self.core_names = [r.name for r in R.core_roles(gen, hdr)] if R.core_count(gen, hdr) <= \
+            hdr["num_tensors"] else []
         recs = self.parse_directory(gen, hdr)
         heads, recs = self.assign_roles(gen, hdr, recs)
         tok_rec = recs[-1]
@@ -250,7 +252,7 @@ class _Parser:
             for k, v in enumerate(block):
                 off = H + 4 * (start + k)
                 if not math.isfinite(v) or abs(v) >= 1:
-                    self.fail(f"codebook entry {start + k} is {v!r}: must be finite with |v| < 1",
+                    self.fail(f"codebook entry {start + k} is {float(v)!r}: must be finite with |v| < 1",
                               "codebook", off)
                 if k and not block[k - 1] < v:
                     self.fail(f"codebook {bits}-bit block is not strictly increasing at entry "
@@ -332,7 +334,7 @@ class _Parser:
                 bad("num_layers", f"num_layers is {h['num_layers']}, Needle 3 allows at most 64")
             mask = (h["global_mask_hi"] << 32) | h["global_mask_lo"]
             if mask >> h["num_layers"]:
-                bad("global_mask_lo" if h["num_layers"] < 32 else "global_mask_hi",
+                bad("global_mask_hi" if mask.bit_length() > 32 else "global_mask_lo",
                     f"global layer mask 0x{mask:x} marks a layer at or past num_layers {h['num_layers']}")
             if S and h["engram_seed_heads"] and h["engram_seed_heads"] < h["num_engram_tables"] // O:
                 bad("engram_seed_heads", f"engram_seed_heads {h['engram_seed_heads']} is smaller than "
@@ -354,7 +356,7 @@ class _Parser:
             dtype, ndim, pad = struct.unpack_from("<BBH", self.data, ro)
             shape4 = struct.unpack_from("<4I", self.data, ro + 4)
             offset, nbytes, group, bits = struct.unpack_from("<QQII", self.data, ro + 20)
-            where = f"tensor {i}"
+            where = f"tensor {i} ({self.role_guess(i, n, out)})"
             if dtype not in DTYPE_NAMES:
                 self.fail(f"dtype code {dtype} is not 1 (FP16), 2 (FP32), 3 (CQ) or 4 (RAW)", where, ro)
             if ndim > 4:
@@ -410,11 +412,36 @@ class _Parser:
                     self.fail("RAW record must have ndim, group and bits 0", where, ro + 1)
             out.append((i, dtype, tuple(shape), offset, nbytes, group, bits, ro))
         if out[-1][1] != RAW:
-            self.fail("last record is not the RAW tokenizer", f"tensor {n - 1}", out[-1][7])
+            self.fail("last record is not the RAW tokenizer", f"tensor {n - 1} (tokenizer)", out[-1][7])
         if prev_end != self.size:
             self.fail(f"{self.size - prev_end} trailing bytes after the last blob (the file must "
                       "end where the tokenizer ends)", "file", prev_end)
         return out
+
+    def role_guess(self, i: int, n: int, parsed: list) -> str:
+        """The role of position i for messages, from the header and the records already
+        validated (the head manifest names the head tensors after it)."""
+        core = len(self.core_names)
+        if i == n - 1:
+            return "tokenizer"
+        if i < core:
+            return self.core_names[i]
+        if i == core:
+            return "heads.manifest"
+        _, dtype, shape, offset = parsed[core][:4]
+        if dtype == FP16 and len(shape) == 1 and 1 <= shape[0] <= 8:
+            allowed = R.N2_HEAD_NAMES if self.gen == 2 else R.N3_HEAD_NAMES
+            names = []
+            for c in np.frombuffer(self.data, "<f2", shape[0], offset).astype(np.float64):
+                if not (math.isfinite(c) and int(c) == c and int(c) in allowed):
+                    break
+                code = int(c)
+                parts = ("probes", "proj", "bias") if self.gen == 2 else \
+                    ("probes", "gain", "query", "row_bias", "proj", "bias") + (("calibration",) if code == 3 else ())
+                names += [f"head.{allowed[code]}.{p}" for p in parts]
+            if i - core - 1 < len(names):
+                return names[i - core - 1]
+        return "probe head"
 
     # ---- F6, R10, R12, R13 (positional roles, heads) --------------------------------
     def assign_roles(self, gen: int, hdr: dict, raw: list[tuple]):
@@ -459,7 +486,7 @@ class _Parser:
         int_codes = []
         for k, c in enumerate(codes):
             if not (math.isfinite(c) and c == int(c) and int(c) in allowed):
-                self.fail(f"manifest entry {k} is {c!r}, allowed head codes are {sorted(allowed)}",
+                self.fail(f"manifest entry {k} is {float(c)!r}, allowed head codes are {sorted(allowed)}",
                           where, offset + 2 * k)
             if int(c) <= prev:
                 self.fail("manifest codes must be strictly increasing", where, offset + 2 * k)
@@ -545,7 +572,7 @@ class _Parser:
                 ok = np.isfinite(vals) & (vals == np.floor(vals)) & (vals >= 0) & (vals < N)
                 if not ok.all():
                     k = int(np.argmin(ok))
-                    self.fail(f"permutation entry {k} is {vals[k]!r}, not an integer in [0, {N})",
+                    self.fail(f"permutation entry {k} is {float(vals[k])!r}, not an integer in [0, {N})",
                               rec.where, rec.offset + 4 * k)
                 if len(np.unique(vals)) != N:
                     self.fail("permutation repeats a value", rec.where, rec.offset)

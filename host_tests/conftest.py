@@ -1,0 +1,70 @@
+"""Shared fixtures of the host tests.
+
+Archives are synthesised once per session (`tiny` takes ~0.05 s, `small` ~0.3 s,
+`needle2-base` ~7 s and is only built when a test asks for it).  Byte-level editing
+helpers live in `archive_edit.py` (importable as `import archive_edit` from any test
+file, because this conftest puts `host_tests/` and the repository root on sys.path).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (str(ROOT), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import archive_edit  # noqa: E402
+from generator import synth  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes seconds (deselect with -m 'not slow')")
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes() -> bytes:
+    """synthesize('tiny', 1): Needle 2, d 64, 2 layers, 2 engram sites, both heads, 55 tensors."""
+    return synth.synthesize("tiny", 1)
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tiny_bytes, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("archives") / "tiny.cact"
+    path.write_bytes(tiny_bytes)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_bytes() -> bytes:
+    """synthesize('small', 1): Needle 2, d 96 (padded CQ groups), 5 layers, 8k tokenizer."""
+    return synth.synthesize("small", 1)
+
+
+@pytest.fixture(scope="session")
+def ternary_bytes() -> bytes:
+    """The tiny geometry with every CQ tensor ternary (record bits 5)."""
+    return synth.synthesize("tiny", 1, bitmap="default=1.58")
+
+
+@pytest.fixture(scope="session")
+def n3_bytes() -> bytes:
+    """A small valid Needle 3 archive built with the writer (confidence + router heads)."""
+    return archive_edit.build_n3_tiny()
+
+
+@pytest.fixture(scope="session")
+def needle2_base_bytes() -> bytes:
+    """The published Needle 2 geometry (405 tensors); ~7 s to synthesise."""
+    return synth.synthesize("needle2-base", 0)
+
+
+@pytest.fixture(scope="session")
+def edit():
+    """The archive_edit module: patch_header, patch_record, patch_bytes, rebuild, ..."""
+    return archive_edit
