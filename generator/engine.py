@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import emit, plan as planner, reader
+from . import emit, plan as planner, plan_tokenizer, reader
 from .errors import CactError
 
 ENGINE_FILES = {
@@ -28,26 +28,25 @@ def outputs() -> list[str]:
     return list(ENGINE_FILES)
 
 
-def context(archive_path: str, opts: planner.Options, incbin_path: str | None = None,
-            gnu_stack: bool = True) -> tuple[dict, "reader.Archive"]:
+def contexts(archive_path: str, opts: planner.Options, incbin_path: str | None = None,
+             gnu_stack: bool = True) -> tuple[dict, dict]:
+    """(engine plan, tokenizer plan): the data the two families of templates render."""
     a = reader.read(archive_path)
     ctx = planner.plan(a, opts)
-    from . import plan_tokenizer
-    ctx["tok"] = plan_tokenizer.plan(a)
-    ctx["max_text"] = opts.max_text
     ctx["archive_path"] = (incbin_path or archive_path).replace("\\", "/")
     ctx["gnu_stack"] = gnu_stack
-    return ctx, a
+    tok = plan_tokenizer.plan(a, max_text=opts.max_text)
+    return ctx, tok
 
 
 def generate(archive_path: str, out_dir: str, opts: planner.Options | None = None,
              incbin_path: str | None = None, gnu_stack: bool = True) -> dict:
-    """Render every engine file into out_dir; returns the plan (for reports)."""
+    """Render every engine file into out_dir; returns the engine plan (for reports)."""
     opts = opts or planner.Options()
-    ctx, _ = context(archive_path, opts, incbin_path, gnu_stack)
+    ctx, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
     os.makedirs(out_dir, exist_ok=True)
     for name, template in ENGINE_FILES.items():
-        text = emit.render(template, ctx)
+        text = emit.render(template, tok if name.startswith("needle_tokenizer") else ctx)
         path = Path(out_dir) / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

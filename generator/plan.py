@@ -166,7 +166,15 @@ def plan(a: Archive, opts: Options | None = None) -> dict:
     kv_code, kv_groups = kv_vector_bytes(hd, h["kv_bits"])
     dir_end = HEADER_BYTES[2] + 4 * CODEBOOK_LEN + RECORD_BYTES * len(a.records)
     tok = a.records[-1]
+    # weight bytes a decode step reads: every matrix-vector product streams its whole
+    # matrix; row gathers read one row per table; FP16 control vectors are read once.
+    streamed = sum(c["nbytes"] for c in all_cq if not c["role"].endswith(".tables"))
+    streamed += sum(s["tables"]["nbytes"] // s["tables"]["rows"] * T_e for s in sites)
+    streamed += embedding["nbytes"] // V     # the embedding row (the head streams it whole too)
+    streamed += sum(r.nbytes for r in a.records if r.dtype != CQ and r.role != "tokenizer"
+                    and not r.role.startswith("head"))
     return {
+        "streamed_bytes": streamed,
         "provenance": {"archive_sha256": a.sha256(), "archive_bytes": a.size,
                        "generator_version": __version__, "board": opts.board,
                        "kv_window_option": opts.kv_window},

@@ -1,0 +1,593 @@
+/* tool_prompt.c -- render the Needle tool-calling prompt; see tool_prompt.h and docs/prompt.md.
+ *
+ * The tools JSON is validated and minified in one pass by an iterative parser (explicit
+ * stack of NEEDLE_PROMPT_MAX_DEPTH levels; no recursion, no heap).  Output goes straight
+ * into the caller's buffer; duplicate keys are found by re-scanning the object's already
+ * minified output.  generator/prompt.py mirrors this file rule for rule.
+ */
+#include "tool_prompt.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ output */
+
+typedef struct {
+    char *out;
+    size_t room;    /* bytes that may be written (cap - 1 for the NUL) */
+    size_t n;       /* bytes of the full prompt so far */
+    int overflow;   /* out[] could not hold everything */
+} pr_out;
+
+static void pr_put(pr_out *o, const void *p, size_t n)
+{
+    if (n == 0u) return;
+    if (!o->overflow && n <= o->room - o->n) {
+        memcpy(o->out + o->n, p, n);
+    } else {
+        o->overflow = 1;
+    }
+    o->n += n;
+}
+
+static void pr_put_str(pr_out *o, const char *s)
+{
+    pr_put(o, s, strlen(s));
+}
+
+static void pr_put_byte(pr_out *o, uint8_t b)
+{
+    pr_put(o, &b, 1);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+typedef struct {
+    char *buf;
+    size_t cap;
+    size_t n;
+} pr_err;
+
+static void pr_err_str(pr_err *e, const char *s)
+{
+    for (; *s; s++) {
+        if (e->cap > 0 && e->n + 1 < e->cap) e->buf[e->n] = *s;
+        e->n++;
+    }
+    if (e->cap > 0) e->buf[e->n + 1 < e->cap ? e->n : e->cap - 1] = '\0';
+}
+
+static void pr_err_num(pr_err *e, size_t v)
+{
+    char tmp[24];
+    size_t k = sizeof tmp - 1;
+    tmp[k] = '\0';
+    do {
+        tmp[--k] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v != 0u);
+    pr_err_str(e, tmp + k);
+}
+
+static void pr_err_hex4(pr_err *e, unsigned v)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char tmp[5];
+    int i;
+    for (i = 0; i < 4; i++) tmp[i] = hex[(v >> (12 - 4 * i)) & 0xFu];
+    tmp[4] = '\0';
+    pr_err_str(e, tmp);
+}
+
+/* ------------------------------------------------------------------ UTF-8 */
+
+/* Length of the valid UTF-8 sequence at s[0..n) (strict: no overlongs, surrogates or
+ * values above U+10FFFF), or 0 if it is not one. */
+static size_t pr_utf8_len(const uint8_t *s, size_t n, uint32_t *cp)
+{
+    uint8_t c = s[0], lo = 0x80u, hi = 0xBFu;
+    size_t need, k;
+    uint32_t v;
+    if (c < 0x80u) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2u && c <= 0xDFu) {
+        need = 1; v = c & 0x1Fu;
+    } else if (c >= 0xE0u && c <= 0xEFu) {
+        need = 2; v = c & 0x0Fu;
+        if (c == 0xE0u) lo = 0xA0u;
+        if (c == 0xEDu) hi = 0x9Fu;
+    } else if (c >= 0xF0u && c <= 0xF4u) {
+        need = 3; v = c & 0x07u;
+        if (c == 0xF0u) lo = 0x90u;
+        if (c == 0xF4u) hi = 0x8Fu;
+    } else {
+        return 0;
+    }
+    if (n - 1u < need) return 0;
+    for (k = 1; k <= need; k++) {
+        if (s[k] < lo || s[k] > hi) return 0;
+        v = (v << 6) | (s[k] & 0x3Fu);
+        lo = 0x80u;
+        hi = 0xBFu;
+    }
+    *cp = v;
+    return need + 1u;
+}
+
+/* Offset of the first invalid byte of s[0..n), or n if it is all valid UTF-8. */
+static size_t pr_utf8_check(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t k = pr_utf8_len(s + i, n - i, &cp);
+        if (k == 0) return i;
+        i += k;
+    }
+    return n;
+}
+
+static void pr_put_utf8(pr_out *o, uint32_t cp)
+{
+    uint8_t b[4];
+    size_t n;
+    if (cp < 0x80u) {
+        b[0] = (uint8_t)cp; n = 1;
+    } else if (cp < 0x800u) {
+        b[0] = (uint8_t)(0xC0u | (cp >> 6)); b[1] = (uint8_t)(0x80u | (cp & 0x3Fu)); n = 2;
+    } else if (cp < 0x10000u) {
+        b[0] = (uint8_t)(0xE0u | (cp >> 12)); b[1] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu));
+        b[2] = (uint8_t)(0x80u | (cp & 0x3Fu)); n = 3;
+    } else {
+        b[0] = (uint8_t)(0xF0u | (cp >> 18)); b[1] = (uint8_t)(0x80u | ((cp >> 12) & 0x3Fu));
+        b[2] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu)); b[3] = (uint8_t)(0x80u | (cp & 0x3Fu));
+        n = 4;
+    }
+    pr_put(o, b, n);
+}
+
+/* One character of a string value as json.dumps(ensure_ascii=False) writes it; a lone
+ * surrogate (only possible from a \u escape) is written as \udxxx (docs/prompt.md). */
+static void pr_put_char(pr_out *o, uint32_t cp)
+{
+    static const char hex[] = "0123456789abcdef";
+    char esc[6];
+    switch (cp) {
+    case '"': pr_put_str(o, "\\\""); return;
+    case '\\': pr_put_str(o, "\\\\"); return;
+    case '\n': pr_put_str(o, "\\n"); return;
+    case '\r': pr_put_str(o, "\\r"); return;
+    case '\t': pr_put_str(o, "\\t"); return;
+    case '\b': pr_put_str(o, "\\b"); return;
+    case '\f': pr_put_str(o, "\\f"); return;
+    default: break;
+    }
+    if (cp < 0x20u || (cp >= 0xD800u && cp <= 0xDFFFu)) {
+        esc[0] = '\\';
+        esc[1] = 'u';
+        esc[2] = hex[(cp >> 12) & 0xFu];
+        esc[3] = hex[(cp >> 8) & 0xFu];
+        esc[4] = hex[(cp >> 4) & 0xFu];
+        esc[5] = hex[cp & 0xFu];
+        pr_put(o, esc, 6);
+        return;
+    }
+    pr_put_utf8(o, cp);
+}
+
+/* Python's str.isspace() */
+static int pr_is_space(uint32_t cp)
+{
+    return (cp >= 0x09u && cp <= 0x0Du) || (cp >= 0x1Cu && cp <= 0x20u) || cp == 0x85u
+        || cp == 0xA0u || cp == 0x1680u || (cp >= 0x2000u && cp <= 0x200Au) || cp == 0x2028u
+        || cp == 0x2029u || cp == 0x202Fu || cp == 0x205Fu || cp == 0x3000u;
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+typedef struct {
+    const uint8_t *s;
+    size_t len;
+    size_t pos;
+    pr_out *o;
+    pr_err *e;
+} pr_json;
+
+/* Report "tools JSON: line L, column C: msg" for input byte offset at; returns E_JSON. */
+static int pr_fail(pr_json *j, size_t at, const char *msg, const char *detail)
+{
+    size_t line = 1, col = 1, i;
+    for (i = 0; i < at && i < j->len; i++) {
+        if (j->s[i] == '\n') {
+            line++;
+            col = 1;
+        } else if ((j->s[i] & 0xC0u) != 0x80u) {
+            col++;
+        }
+    }
+    pr_err_str(j->e, "tools JSON: line ");
+    pr_err_num(j->e, line);
+    pr_err_str(j->e, ", column ");
+    pr_err_num(j->e, col);
+    pr_err_str(j->e, ": ");
+    pr_err_str(j->e, msg);
+    if (detail) pr_err_str(j->e, detail);
+    return NEEDLE_PROMPT_E_JSON;
+}
+
+static void pr_skip_ws(pr_json *j)
+{
+    while (j->pos < j->len) {
+        uint8_t c = j->s[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static int pr_hex4(const uint8_t *s, size_t n, uint32_t *v)
+{
+    size_t i;
+    uint32_t r = 0;
+    if (n < 4u) return 0;
+    for (i = 0; i < 4u; i++) {
+        uint8_t c = s[i];
+        r <<= 4;
+        if (c >= '0' && c <= '9') r |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') r |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') r |= (uint32_t)(c - 'A' + 10);
+        else return 0;
+    }
+    *v = r;
+    return 1;
+}
+
+/* The string starting at the '"' at j->pos; written minified.  Returns 0 or E_JSON. */
+static int pr_string(pr_json *j)
+{
+    const uint8_t *s = j->s;
+    size_t open = j->pos;
+    j->pos++;
+    pr_put_byte(j->o, '"');
+    for (;;) {
+        uint8_t c;
+        if (j->pos >= j->len) return pr_fail(j, open, "unterminated string", NULL);
+        c = s[j->pos];
+        if (c == '"') {
+            j->pos++;
+            pr_put_byte(j->o, '"');
+            return 0;
+        }
+        if (c < 0x20u) {
+            char detail[8];
+            pr_err tmp = {detail, sizeof detail, 0};
+            pr_err_hex4(&tmp, c);
+            pr_fail(j, j->pos, "unescaped control character U+", detail);
+            pr_err_str(j->e, " in string");
+            return NEEDLE_PROMPT_E_JSON;
+        }
+        if (c == '\\') {
+            uint32_t cp;
+            if (j->pos + 1u >= j->len) return pr_fail(j, open, "unterminated string", NULL);
+            switch (s[j->pos + 1u]) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case 'u':
+                if (!pr_hex4(s + j->pos + 2u, j->len - j->pos - 2u, &cp))
+                    return pr_fail(j, j->pos, "invalid \\u escape", NULL);
+                if (cp >= 0xD800u && cp <= 0xDBFFu) {
+                    size_t at = j->pos + 6u;
+                    uint32_t lo;
+                    if (j->len - at >= 6u && s[at] == '\\' && s[at + 1u] == 'u'
+                        && pr_hex4(s + at + 2u, 4u, &lo) && lo >= 0xDC00u && lo <= 0xDFFFu) {
+                        cp = 0x10000u + ((cp - 0xD800u) << 10) + (lo - 0xDC00u);
+                        j->pos += 6u;
+                    }
+                }
+                j->pos += 4u;  /* the hex digits; the two escape bytes follow below */
+                break;
+            default:
+                return pr_fail(j, j->pos, "invalid escape", NULL);
+            }
+            j->pos += 2u;
+            pr_put_char(j->o, cp);
+            continue;
+        }
+        if (c >= 0x80u) {
+            uint32_t cp;
+            size_t k = pr_utf8_len(s + j->pos, j->len - j->pos, &cp);
+            if (k == 0) return pr_fail(j, j->pos, "invalid UTF-8", NULL);
+            pr_put(j->o, s + j->pos, k);
+            j->pos += k;
+            continue;
+        }
+        pr_put_char(j->o, c);
+        j->pos++;
+    }
+}
+
+/* Index just past the minified string starting at out[i] (a '"'). */
+static size_t pr_skip_out_string(const char *o, size_t i)
+{
+    i++;
+    while (o[i] != '"') i += o[i] == '\\' ? 2u : 1u;
+    return i + 1u;
+}
+
+/* Is the key out[k0..k1) already a key of the object whose '{' is at out[obj]? */
+static int pr_key_seen(const char *o, size_t obj, size_t k0, size_t k1)
+{
+    size_t i = obj + 1u;
+    while (i < k0) {
+        size_t ks = i;
+        int depth = 0;
+        i = pr_skip_out_string(o, i);
+        if (i - ks == k1 - k0 && memcmp(o + ks, o + k0, k1 - k0) == 0) return 1;
+        i++;  /* ':' */
+        for (;;) {
+            char c = o[i];
+            if (c == '"') {
+                i = pr_skip_out_string(o, i);
+                continue;
+            }
+            if (depth == 0 && c == ',') break;
+            if (c == '{' || c == '[') depth++;
+            else if (c == '}' || c == ']') depth--;
+            i++;
+        }
+        i++;  /* ',' */
+    }
+    return 0;
+}
+
+static int pr_literal(pr_json *j, const char *word)
+{
+    size_t n = strlen(word);
+    if (j->len - j->pos < n || memcmp(j->s + j->pos, word, n) != 0)
+        return pr_fail(j, j->pos, "invalid literal", NULL);
+    pr_put(j->o, word, n);
+    j->pos += n;
+    return 0;
+}
+
+static int pr_is_digit(const pr_json *j, size_t at)
+{
+    return at < j->len && j->s[at] >= '0' && j->s[at] <= '9';
+}
+
+static int pr_number(pr_json *j)
+{
+    size_t start = j->pos, p = j->pos;
+    if (j->s[p] == '-') p++;
+    if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
+    if (j->s[p] == '0') {
+        p++;
+    } else if (pr_is_digit(j, p)) {
+        while (pr_is_digit(j, p)) p++;
+    } else {
+        return pr_fail(j, p, "invalid number", NULL);
+    }
+    if (p < j->len && j->s[p] == '.') {
+        p++;
+        if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
+        if (!pr_is_digit(j, p)) return pr_fail(j, p, "invalid number", NULL);
+        while (pr_is_digit(j, p)) p++;
+    }
+    if (p < j->len && (j->s[p] == 'e' || j->s[p] == 'E')) {
+        p++;
+        if (p < j->len && (j->s[p] == '+' || j->s[p] == '-')) p++;
+        if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
+        if (!pr_is_digit(j, p)) return pr_fail(j, p, "invalid number", NULL);
+        while (pr_is_digit(j, p)) p++;
+    }
+    pr_put(j->o, j->s + start, p - start);
+    j->pos = p;
+    return 0;
+}
+
+enum { PR_VALUE, PR_KEY, PR_FIRST_KEY, PR_AFTER };
+
+static int pr_json_minify(pr_json *j)
+{
+    uint8_t kind[NEEDLE_PROMPT_MAX_DEPTH];     /* 0 array, 1 object */
+    size_t start[NEEDLE_PROMPT_MAX_DEPTH];     /* output offset of the '{' */
+    size_t tools = 0;                          /* elements of the top-level array */
+    int depth = 0, state = PR_VALUE, rc;
+
+    for (;;) {
+        pr_skip_ws(j);
+        if (state == PR_AFTER && depth == 0) {
+            if (j->pos < j->len) return pr_fail(j, j->pos, "extra data after the JSON value", NULL);
+            return 0;
+        }
+        if (j->pos >= j->len) return pr_fail(j, j->pos, "unexpected end of input", NULL);
+
+        if (state == PR_AFTER) {
+            uint8_t c = j->s[j->pos];
+            int obj = kind[depth - 1];
+            if (c == ',') {
+                pr_put_byte(j->o, ',');
+                j->pos++;
+                state = obj ? PR_KEY : PR_VALUE;
+            } else if (c == (obj ? '}' : ']')) {
+                pr_put_byte(j->o, c);
+                j->pos++;
+                depth--;
+            } else {
+                return pr_fail(j, j->pos, obj ? "expected ',' or '}'" : "expected ',' or ']'", NULL);
+            }
+            continue;
+        }
+
+        if (state == PR_KEY || state == PR_FIRST_KEY) {
+            size_t k0 = j->o->n;
+            size_t at = j->pos;
+            if (j->s[j->pos] != '"')
+                return pr_fail(j, j->pos, state == PR_FIRST_KEY ? "expected a string key or '}'"
+                                                                : "expected a string key", NULL);
+            rc = pr_string(j);
+            if (rc) return rc;
+            if (!j->o->overflow && pr_key_seen(j->o->out, start[depth - 1], k0, j->o->n))
+                return pr_fail(j, at, "duplicate key in object", NULL);
+            pr_skip_ws(j);
+            if (j->pos >= j->len) return pr_fail(j, j->pos, "unexpected end of input", NULL);
+            if (j->s[j->pos] != ':') return pr_fail(j, j->pos, "expected ':'", NULL);
+            pr_put_byte(j->o, ':');
+            j->pos++;
+            state = PR_VALUE;
+            continue;
+        }
+
+        /* PR_VALUE */
+        {
+            uint8_t c = j->s[j->pos];
+            if (c != '{' && c != '[' && c != '"' && c != 't' && c != 'f' && c != 'n' && c != '-'
+                && !(c >= '0' && c <= '9'))
+                return pr_fail(j, j->pos, "expected a value", NULL);
+            if (depth == 0 && c != '[')
+                return pr_fail(j, j->pos, "the top-level value must be an array of tool objects", NULL);
+            if (depth == 1) {
+                tools++;
+                if (c != '{') {
+                    char num[24];
+                    pr_err tmp = {num, sizeof num, 0};
+                    pr_err_num(&tmp, tools);
+                    pr_fail(j, j->pos, "tool #", num);
+                    pr_err_str(j->e, " is not a JSON object");
+                    return NEEDLE_PROMPT_E_JSON;
+                }
+            }
+            if (c == '{' || c == '[') {
+                if (depth == NEEDLE_PROMPT_MAX_DEPTH)
+                    return pr_fail(j, j->pos, "nesting deeper than 64 levels", NULL);
+                kind[depth] = c == '{';
+                start[depth] = j->o->n;
+                depth++;
+                pr_put_byte(j->o, c);
+                j->pos++;
+                pr_skip_ws(j);
+                if (j->pos < j->len && j->s[j->pos] == (c == '{' ? '}' : ']')) {
+                    pr_put_byte(j->o, j->s[j->pos]);
+                    j->pos++;
+                    depth--;
+                    state = PR_AFTER;
+                } else {
+                    state = c == '{' ? PR_FIRST_KEY : PR_VALUE;
+                }
+                continue;
+            }
+            if (c == '"') rc = pr_string(j);
+            else if (c == 't') rc = pr_literal(j, "true");
+            else if (c == 'f') rc = pr_literal(j, "false");
+            else if (c == 'n') rc = pr_literal(j, "null");
+            else rc = pr_number(j);
+            if (rc) return rc;
+            state = PR_AFTER;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ prompt */
+
+int needle_render_prompt(const char *tools_json, size_t len, const char *query,
+                         const char *system, char *out, size_t cap, char *err, size_t errcap)
+{
+    pr_out o;
+    pr_err e;
+    pr_json j;
+    size_t qlen, bad;
+    const uint8_t *sys0 = NULL, *sys1 = NULL;
+    int rc;
+
+    e.buf = err;
+    e.cap = err ? errcap : 0u;
+    e.n = 0;
+    if (e.cap > 0) err[0] = '\0';
+    o.out = out;
+    o.room = (out && cap > 0u) ? cap - 1u : 0u;
+    o.n = 0;
+    o.overflow = 0;
+    if (out && cap > 0u) out[0] = '\0';
+
+    if (query == NULL) {
+        pr_err_str(&e, "query is NULL");
+        return NEEDLE_PROMPT_E_TEXT;
+    }
+    qlen = strlen(query);
+    bad = pr_utf8_check((const uint8_t *)query, qlen);
+    if (bad != qlen) {
+        pr_err_str(&e, "query is not valid UTF-8 (byte ");
+        pr_err_num(&e, bad);
+        pr_err_str(&e, ")");
+        return NEEDLE_PROMPT_E_TEXT;
+    }
+    if (system != NULL) {
+        const uint8_t *s = (const uint8_t *)system;
+        size_t n = strlen(system), i = 0, end = n, k;
+        uint32_t cp = 0;
+        bad = pr_utf8_check(s, n);
+        if (bad != n) {
+            pr_err_str(&e, "system is not valid UTF-8 (byte ");
+            pr_err_num(&e, bad);
+            pr_err_str(&e, ")");
+            return NEEDLE_PROMPT_E_TEXT;
+        }
+        /* str.strip(): leading, then trailing whitespace characters */
+        while (i < n && (k = pr_utf8_len(s + i, n - i, &cp)) != 0 && pr_is_space(cp)) i += k;
+        while (end > i) {
+            size_t b = end - 1u;
+            while (b > i && (s[b] & 0xC0u) == 0x80u) b--;
+            pr_utf8_len(s + b, end - b, &cp);
+            if (!pr_is_space(cp)) break;
+            end = b;
+        }
+        if (end > i) {
+            sys0 = s + i;
+            sys1 = s + end;
+        }
+    }
+    if (tools_json == NULL && len > 0u) {
+        pr_err_str(&e, "tools JSON is NULL");
+        return NEEDLE_PROMPT_E_JSON;
+    }
+
+    if (sys0) {
+        pr_put_str(&o, "<|im_start|>system\n");
+        pr_put(&o, sys0, (size_t)(sys1 - sys0));
+        pr_put_str(&o, "<|im_end|>\n");
+    }
+    pr_put_str(&o, "<|im_start|>user\n<tools>");
+    j.s = (const uint8_t *)tools_json;
+    j.len = len;
+    j.pos = 0;
+    j.o = &o;
+    j.e = &e;
+    rc = pr_json_minify(&j);
+    if (rc) {
+        if (out && cap > 0u) out[0] = '\0';
+        return rc;
+    }
+    pr_put_str(&o, "</tools>\n");
+    pr_put(&o, query, qlen);
+    pr_put_str(&o, "<|im_end|>\n<|im_start|>assistant\n");
+
+    if (o.overflow || o.n > (size_t)INT_MAX - 1u) {
+        if (out && cap > 0u) out[0] = '\0';
+        pr_err_str(&e, "output buffer of ");
+        pr_err_num(&e, cap);
+        pr_err_str(&e, " bytes is too small: the prompt needs ");
+        pr_err_num(&e, o.n + 1u);
+        pr_err_str(&e, " (with the NUL)");
+        return NEEDLE_PROMPT_E_SPACE;
+    }
+    out[o.n] = '\0';
+    return (int)o.n;
+}

@@ -1,0 +1,33 @@
+/* tool_prompt.h -- render the Needle tool-calling prompt (prompt-and-tokenizer.md 4.1).
+ *
+ * Hand-written, no heap, no stdio: the caller passes the output buffer.  The rules are in
+ * docs/prompt.md; generator/prompt.py is the Python twin and gives identical bytes and
+ * identical error messages.
+ */
+#ifndef NEEDLE_TOOL_PROMPT_H
+#define NEEDLE_TOOL_PROMPT_H
+
+#include <stddef.h>
+
+#define NEEDLE_PROMPT_E_JSON  (-1)  /* tools JSON invalid, or not an array of objects */
+#define NEEDLE_PROMPT_E_SPACE (-2)  /* out[] too small (err says how many bytes are needed) */
+#define NEEDLE_PROMPT_E_TEXT  (-3)  /* query NULL, or query/system not valid UTF-8 */
+
+#define NEEDLE_PROMPT_MAX_DEPTH 64  /* nesting of arrays and objects in the tools JSON */
+
+/* Render
+ *   [<|im_start|>system\n{strip(system)}<|im_end|>\n]   (only if strip(system) is non-empty)
+ *   <|im_start|>user\n<tools>{TOOLS_JSON}</tools>\n{query}<|im_end|>\n<|im_start|>assistant\n
+ * into out[0..cap) with a terminating NUL, where TOOLS_JSON is tools_json[0..len) checked
+ * against RFC 8259 (top level: an array of objects; no duplicate keys in an object) and
+ * written compactly as Python's json.dumps(..., separators=(",", ":"), ensure_ascii=False)
+ * does, numbers kept exactly as written.  query and system are NUL-terminated UTF-8;
+ * system may be NULL.
+ *
+ * Returns the prompt length (excluding the NUL), or a negative NEEDLE_PROMPT_E_* with a
+ * one-line message in err[0..errcap) (cut to fit, always NUL-terminated when errcap > 0);
+ * JSON errors read "tools JSON: line L, column C: ..." (column counted in characters). */
+int needle_render_prompt(const char *tools_json, size_t len, const char *query,
+                         const char *system, char *out, size_t cap, char *err, size_t errcap);
+
+#endif /* NEEDLE_TOOL_PROMPT_H */

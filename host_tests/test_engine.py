@@ -1,0 +1,293 @@
+"""The generated C engine on the host: goldens, compilers, sanitizers, presets, checks, CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from generator import boards, elfcheck, golden
+from generator.errors import CactError
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "host_tests" / "golden"
+NAMES = sorted(golden.RECIPES)
+TOL = 1e-3   # issue bar: per position max |Δlogit| <= TOL * max |logit|
+
+
+def scons(*args, cwd=ROOT, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=1200)
+    if check and proc.returncode:
+        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def build(archive: Path, build_dir: Path, *extra: str) -> Path:
+    scons(f"archive={archive}", f"build={build_dir}", *extra)
+    return build_dir / "needle"
+
+
+def run(binary: Path, *args, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=600)
+    if check and proc.returncode:
+        raise AssertionError(f"{binary} {' '.join(map(str, args))} failed: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory):
+    """One gcc build per golden archive."""
+    root = tmp_path_factory.mktemp("engines")
+    return {n: build(GOLDEN / n / "archive.cact", root / n) for n in NAMES}
+
+
+def teacher_forced(binary: Path, tokens: list[int], out: Path) -> np.ndarray:
+    run(binary, "--tokens", ",".join(map(str, tokens)), "--logits", out)
+    return np.fromfile(out, dtype="<f4").reshape(len(tokens), -1)
+
+
+def check_against_golden(binary: Path, name: str, tmp_path: Path) -> float:
+    meta, logits = golden.load(GOLDEN / name)
+    got = teacher_forced(binary, meta["tokens"], tmp_path / f"{name}.f32")
+    want = logits["a8"]
+    per_pos = np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)
+    assert per_pos.max() <= TOL, f"{name}: max relative |Δlogit| {per_pos.max():.3g}"
+    greedy = run(binary, "--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids")
+    ids = [int(x) for x in greedy.stdout.strip().split(",") if x]
+    assert ids == meta["greedy"]["a8"]
+    return float(per_pos.max())
+
+
+# ---- numbers ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_engine_matches_golden(engines, name, tmp_path):
+    rel = check_against_golden(engines[name], name, tmp_path)
+    print(f"\n{name}: max per-position |Δlogit| / max |logit| = {rel:.3g}", file=sys.stderr)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_engine_is_bit_exact_on_the_host(engines, name, tmp_path):
+    """docs/numerics.md is followed to the letter: the host engine reproduces a8 exactly."""
+    meta, logits = golden.load(GOLDEN / name)
+    got = teacher_forced(engines[name], meta["tokens"], tmp_path / "l.f32")
+    assert np.array_equal(got, logits["a8"])
+
+
+def test_clang_build_matches_golden(tmp_path):
+    binary = build(GOLDEN / "tiny-wrap-kv4" / "archive.cact", tmp_path / "clang", "cc=clang")
+    check_against_golden(binary, "tiny-wrap-kv4", tmp_path)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sanitized_build_matches_golden(name, tmp_path):
+    binary = build(GOLDEN / name / "archive.cact", tmp_path / "asan", "sanitize=1")
+    check_against_golden(binary, name, tmp_path)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "needle2-base"])
+def test_every_preset_generates_builds_and_runs(preset, tmp_path):
+    archive = tmp_path / f"{preset}.cact"
+    subprocess.run([sys.executable, "-m", "generator", "synth", "--preset", preset, "--seed", "5",
+                    "-o", str(archive)], cwd=ROOT, check=True, capture_output=True)
+    binary = build(archive, tmp_path / "b")
+    info = run(binary, "--info").stdout
+    assert "Needle 2" in info and "vocab" in info
+    out = run(binary, "--tokens", "2,5,9,4").stdout.strip().split(",")
+    assert len(out) == 4
+    text = run(binary, "--prompt", "Hello there", "--max-new", "3")
+    assert text.returncode == 0
+
+
+# ---- the build -------------------------------------------------------------------------
+
+def test_generated_code_is_reproducible_and_says_where_it_came_from(tmp_path):
+    archive = GOLDEN / "tiny" / "archive.cact"
+    from generator import engine
+    a, b = tmp_path / "a", tmp_path / "b"
+    engine.generate(str(archive), str(a), incbin_path="x.cact")
+    engine.generate(str(archive), str(b), incbin_path="x.cact")
+    for name in engine.outputs():
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    header = (a / "needle_model.h").read_text()
+    meta, _ = golden.load(GOLDEN / "tiny")
+    assert meta["archive_sha256"] in header and "generated by needle-fw" in header
+    for name in engine.outputs():
+        text = (a / name).read_text()
+        assert "malloc" not in text and "free(" not in text
+    model = (a / "needle_model.c").read_text()
+    assert "static const layer_weights LAYER[L]" in model and "} st;" in model
+    assert model.count("_Static_assert") >= 5
+
+
+def test_rebuilds_when_and_only_when_inputs_change(tmp_path):
+    archive = tmp_path / "a.cact"
+    shutil.copy(GOLDEN / "tiny" / "archive.cact", archive)
+    build(archive, tmp_path / "b")
+    again = scons(f"archive={archive}", f"build={tmp_path / 'b'}")
+    assert "generate engine" not in again.stdout and "gcc" not in again.stdout
+    subprocess.run([sys.executable, "-m", "generator", "synth", "--like", str(archive), "--seed", "9",
+                    "-o", str(archive)], cwd=ROOT, check=True, capture_output=True)
+    changed = scons(f"archive={archive}", f"build={tmp_path / 'b'}")
+    assert "generate engine" in changed.stdout
+
+
+def test_engine_builder_signature_covers_templates_and_generator():
+    """The generator's sources and every template are inputs of the generate step."""
+    proc = scons("--tree=prune", "build/host/gen/needle_model.c", "-n")
+    tree = proc.stdout
+    for path in ("templates/needle_model.c.j2", "templates/needle_kernels.c.j2",
+                 "templates/needle_tokenizer.c.j2", "generator/plan.py", "generator/emit.py"):
+        assert path in tree, path
+
+
+def test_scons_help_lists_every_option():
+    out = scons("-h").stdout
+    for opt in ("board", "archive", "build", "cc", "sanitize", "kv_window", "run", "bench"):
+        assert f"{opt}:" in out
+
+
+@pytest.mark.parametrize("args, text", [
+    (["bogus=1"], "unknown option(s) bogus"),
+    (["board=nope"], "Invalid value for enum variable 'board'"),
+    (["kv_window=x"], "kv_window=x must be a positive integer"),
+    (["archive=/nonexistent.cact"], "does not exist"),
+])
+def test_scons_refuses_bad_options(args, text):
+    proc = scons(*args, check=False)
+    assert proc.returncode == 2
+    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    assert len(lines) == 1 and text in lines[0]
+
+
+def test_bad_archive_fails_the_build_with_one_line(tmp_path):
+    bad = tmp_path / "bad.cact"
+    bad.write_bytes(b"\x00" * 200)
+    proc = scons(f"archive={bad}", f"build={tmp_path / 'b'}", check=False)
+    assert proc.returncode != 0
+    assert "not a .cact archive (tag 0x00000000)" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "b" / "needle").exists()
+
+
+def test_smaller_kv_window_is_warned_and_changes_the_ring(tmp_path):
+    proc = scons(f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}", "kv_window=8")
+    assert "warning: kv_window=8 is smaller than the trained window 64" in proc.stdout
+    assert "window 8," in run(tmp_path / "b" / "needle", "--info").stdout
+
+
+# ---- post-link checks and the boot check ---------------------------------------------
+
+def cact_file_offset(elf_path: Path) -> tuple[int, int]:
+    with open(elf_path, "rb") as fh:
+        sec = ELFFile(fh).get_section_by_name(".cact")
+        return sec["sh_offset"], sec["sh_size"]
+
+
+def test_post_link_check_catches_a_changed_archive_byte(engines, tmp_path):
+    elf = tmp_path / "needle"
+    shutil.copy(engines["tiny"], elf)
+    off, size = cact_file_offset(elf)
+    data = bytearray(elf.read_bytes())
+    data[off + size // 2] ^= 0x01
+    elf.write_bytes(bytes(data))
+    with pytest.raises(CactError, match=r"\.cact section .* differs from the archive .* first at byte"):
+        elfcheck.check(str(elf), str(GOLDEN / "tiny" / "archive.cact"), boards.load("host"))
+
+
+def test_engine_refuses_an_archive_with_another_header(engines, tmp_path):
+    elf = tmp_path / "needle"
+    shutil.copy(engines["tiny"], elf)
+    off, _ = cact_file_offset(elf)
+    data = bytearray(elf.read_bytes())
+    data[off + 12] ^= 0x01                      # header field kv_window
+    elf.write_bytes(bytes(data))
+    elf.chmod(0o755)
+    proc = run(elf, "--info", check=False)
+    assert proc.returncode == 3
+    assert "header or directory differs from the one this engine was generated for" in proc.stderr
+    data[off + 12] ^= 0x01
+    data[off] ^= 0x01                           # the tag
+    elf.write_bytes(bytes(data))
+    proc = run(elf, "--info", check=False)
+    assert proc.returncode == 3 and "tag differs" in proc.stderr
+
+
+def test_post_link_check_rejects_heap_use(tmp_path):
+    src = tmp_path / "heap.c"
+    src.write_text('#include <stdlib.h>\nint main(void){ void *p = malloc(8); free(p); return p == 0; }\n')
+    asm = tmp_path / "cact.S"
+    archive = GOLDEN / "tiny" / "archive.cact"
+    asm.write_text(f'.section .cact, "a"\n.balign 64\n.incbin "{archive}"\n'
+                   '.section .note.GNU-stack,"",%progbits\n')
+    elf = tmp_path / "heap"
+    subprocess.run(["gcc", "-o", str(elf), str(src), str(asm)], check=True)
+    with pytest.raises(CactError, match="references free, malloc"):
+        elfcheck.check(str(elf), str(archive), boards.load("host"))
+
+
+def test_post_link_check_enforces_the_ram_budget(engines):
+    board = boards.load("host")
+    board["memory"]["ram_bytes"] = 4096
+    with pytest.raises(CactError, match=r"RAM over budget on board host: [\d,]+ bytes \(KV cache 10,240\) "
+                                        r"> 4,096; pass a smaller kv_window=N"):
+        elfcheck.check(str(engines["tiny"]), str(GOLDEN / "tiny" / "archive.cact"), board)
+    board["memory"]["ram_bytes"] = 1 << 30
+    board["memory"]["flash_bytes"] = 1000
+    with pytest.raises(CactError, match="flash over budget"):
+        elfcheck.check(str(engines["tiny"]), str(GOLDEN / "tiny" / "archive.cact"), board)
+
+
+def test_memory_report_calls_out_the_kv_cache(engines):
+    rep = elfcheck.check(str(engines["tiny"]), str(GOLDEN / "tiny" / "archive.cact"), boards.load("host"))
+    assert rep.kv_bytes == 64 * 2 * 2 * 2 * (16 + 4)   # window × layers × kv heads × (k, v) × (codes + scale)
+    assert rep.cact_bytes == (GOLDEN / "tiny" / "archive.cact").stat().st_size
+
+
+# ---- the CLI ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, text", [
+    (["--prompt", ""], "empty prompt"),
+    (["--prompt", "word " * 400], "prompt too long"),
+    (["--tokens", "2,1024"], "\"1024\" is not a token id in 0..1023"),
+    (["--tokens", "2,,3"], "malformed list"),
+    (["--tokens", ""], "empty list"),
+    (["--tools", "/nonexistent.json", "--query", "x"], "cannot read /nonexistent.json"),
+    (["--frobnicate"], "unknown option \"--frobnicate\""),
+    (["--max-new", "0", "--prompt", "x"], "--max-new wants an integer"),
+    (["--prompt", "a", "--tokens", "2"], "choose exactly one of"),
+])
+def test_cli_errors_are_one_line(engines, args, text):
+    proc = run(engines["tiny"], *args, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1 and text in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_cli_rejects_invalid_tools_json(engines, tmp_path):
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"name": "x",}]')
+    proc = run(engines["tiny"], "--tools", tools, "--query", "hi", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "line 1, column 15" in proc.stderr
+
+
+def test_cli_tool_prompt_equals_the_python_rendering(engines):
+    """--tools/--query feeds the same ids the reference would (greedy output compared)."""
+    from generator import prompt, reader
+    from generator.reference import Needle2
+    from generator.tokenizer import Tokenizer
+    tools = (ROOT / "demo" / "tools.json").read_text()
+    text = prompt.render_prompt(tools, "set a timer for 5 minutes")
+    a = reader.read(GOLDEN / "tiny" / "archive.cact")
+    ids = [2] + Tokenizer.from_blob(a.tokenizer_blob()).encode(text)
+    want = Needle2(a, "a8").generate(ids, 8)
+    proc = run(engines["tiny"], "--tools", ROOT / "demo" / "tools.json", "--query",
+               "set a timer for 5 minutes", "--max-new", 8, "--ids")
+    assert [int(x) for x in proc.stdout.strip().split(",") if x] == want
