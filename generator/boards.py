@@ -1,12 +1,16 @@
 """Board files (boards/*.toml): one file per target, validated against a small schema.
 
 A board states its CPU, compiler flags, float ABI, endianness, kernel family, toolchain
-and the Debian package that provides it, its memory budgets, where the archive goes, and
-how to run a binary (emulator command).  Adding a board is adding one file.
+and the Debian package that provides it, its memory budgets and (bare metal) memory
+regions, where the archive goes (`linked` into the image, or a separately flashed
+`partition`), and how to run a binary (emulator command).  Adding a board is adding one
+file; `schema()` below is the whole contract.
 """
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -21,6 +25,7 @@ SCHEMA = {
     "memory": dict, "archive": dict, "emulator": dict,
 }
 MEMORY_KEYS = {"ram_bytes": int, "kv_budget_bytes": int, "flash_bytes": int}
+REGION_USES = ("code", "data", "archive")
 
 
 def names() -> list[str]:
@@ -35,22 +40,89 @@ def load(name: str) -> dict:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise CactError(f"board file {path.name}: {exc}") from None
+
+    def bad(msg: str):
+        raise CactError(f"board file {path.name}: {msg}")
+
     for key, typ in SCHEMA.items():
         if key not in data:
-            raise CactError(f"board file {path.name}: missing key {key!r}")
+            bad(f"missing key {key!r}")
         if not isinstance(data[key], typ):
-            raise CactError(f"board file {path.name}: {key!r} must be a {typ.__name__}")
+            bad(f"{key!r} must be a {typ.__name__}")
     if data["name"] != name:
-        raise CactError(f"board file {path.name}: name is {data['name']!r}, expected {name!r}")
+        bad(f"name is {data['name']!r}, expected {name!r}")
     if data["endianness"] not in ("little", "big"):
-        raise CactError(f"board file {path.name}: endianness must be little or big")
+        bad("endianness must be little or big")
     if data["kernel"] not in ("linux", "none"):
-        raise CactError(f"board file {path.name}: kernel must be linux or none")
+        bad("kernel must be linux or none")
     for key, typ in MEMORY_KEYS.items():
         if not isinstance(data["memory"].get(key), typ) or data["memory"][key] <= 0:
-            raise CactError(f"board file {path.name}: memory.{key} must be a positive integer")
+            bad(f"memory.{key} must be a positive integer")
     if data["archive"].get("placement") not in ("linked", "partition"):
-        raise CactError(f"board file {path.name}: archive.placement must be linked or partition")
+        bad("archive.placement must be linked or partition")
     if not isinstance(data["emulator"].get("command"), list):
-        raise CactError(f"board file {path.name}: emulator.command must be a list")
+        bad("emulator.command must be a list")
+    if not isinstance(data["emulator"].get("package"), str):
+        bad("emulator.package must name the Debian package of the emulator ('' for none)")
+    if data["kernel"] == "none":
+        regions = data["memory"].get("regions")
+        if not isinstance(regions, list) or not regions:
+            bad("bare-metal boards need memory.regions")
+        for r in regions:
+            if not (isinstance(r.get("name"), str) and isinstance(r.get("origin"), int)
+                    and isinstance(r.get("length"), int) and r.get("use") in REGION_USES):
+                bad(f"region {r!r} needs name, origin, length and use ({', '.join(REGION_USES)})")
+        for use in REGION_USES:
+            if sum(r["use"] == use for r in regions) != 1:
+                bad(f"exactly one region must have use = {use!r}")
+        for key in ("stack_bytes", "max_text"):
+            if not isinstance(data.get(key), int) or data[key] <= 0:
+                bad(f"{key} must be a positive integer")
+    elif data["archive"]["placement"] != "linked":
+        bad("Linux boards link the archive into the executable (placement = linked)")
+    data.setdefault("max_text", 16384)
     return data
+
+
+def region(board: dict, use: str) -> dict:
+    return next(r for r in board["memory"]["regions"] if r["use"] == use)
+
+
+def compiler(board: dict, host_cc: str = "gcc") -> str:
+    return f"{board['toolchain_prefix']}gcc" if board["toolchain_prefix"] else host_cc
+
+
+def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str | None:
+    """One line naming what is missing and the apt command that installs it, or None."""
+    cc = compiler(board, host_cc)
+    if not shutil.which(cc):
+        pkg = board["toolchain_package"] if board["toolchain_prefix"] else host_cc
+        return f"board {board['name']} needs the compiler {cc}: apt-get install {pkg}"
+    if run and board["emulator"]["command"] and not shutil.which(board["emulator"]["command"][0]):
+        return (f"board {board['name']} runs under {board['emulator']['command'][0]}: "
+                f"apt-get install {board['emulator']['package']}")
+    return None
+
+
+def run_command(board: dict, binary: str, args: list[str], archive_image: str | None = None) -> list[str]:
+    """The command that runs `binary args...` on the board (natively or under its emulator)."""
+    emu = list(board["emulator"]["command"])
+    if board["kernel"] == "linux":
+        return emu + [binary] + list(args)
+    cmd = emu + ["-kernel", binary, "-append", " ".join(_quote(a) for a in args)]
+    if board["archive"]["placement"] == "partition":
+        if not archive_image:
+            raise CactError(f"board {board['name']} keeps the archive in a partition: give its image")
+        cmd += ["-device", f"loader,file={archive_image},addr=0x{region(board, 'archive')['origin']:x},force-raw=on"]
+    return cmd
+
+
+def _quote(arg: str) -> str:
+    """Quote one argument for the bare-metal HAL's command-line splitter."""
+    if arg and not any(c in arg for c in ' "\\'):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def shell_line(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(c) for c in cmd)

@@ -32,6 +32,7 @@ class Report:
     kv_bytes: int = 0
     stack_bytes: int | None = None
     stack_path: list = field(default_factory=list)
+    partition: bool = False        # the archive is a separately flashed image
 
     @property
     def flash_total(self) -> int:
@@ -49,7 +50,7 @@ class Report:
         rodata = sum(self.flash.values()) - self.code_bytes
         out = [f"memory report ({board}):",
                f"  flash {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + rodata {rodata:,} "
-               f"+ .cact {self.cact_bytes:,}",
+               f"+ {'archive partition' if self.partition else '.cact'} {self.cact_bytes:,}",
                f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack "
                f"{self.stack_bytes if self.stack_bytes is not None else 'n/a'}"]
         if self.state_bytes is not None:
@@ -101,28 +102,66 @@ def worst_stack(obj_dir: str) -> tuple[int | None, list[str]]:
     return best
 
 
-def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = None) -> Report:
+def heap_references(path: str) -> list[str]:
+    """Heap functions a relocatable object or an image names (defined or undefined)."""
+    with open(path, "rb") as fh:
+        names = {s.name.split("@")[0] for s in _symbols(ELFFile(fh))}
+    return sorted(names & set(HEAP_FUNCTIONS))
+
+
+def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = None,
+          objects: list[str] | None = None) -> Report:
+    """Check a linked image.  With `objects` (the relocatable inputs of a statically linked
+    Linux image, whose libc carries its own allocator), the no-heap rule applies to them."""
     rep = Report()
+    if objects:
+        for obj in objects:
+            heap = heap_references(obj)
+            if heap:
+                raise CactError(f"{os.path.basename(obj)} references {', '.join(heap)}: needle-fw "
+                                "engines must not use the heap")
     try:
         fh = open(elf_path, "rb")
     except OSError as exc:
         raise CactError(f"cannot read {elf_path}: {exc.strerror}") from None
     with fh:
         elf = ELFFile(fh)
-        cact = elf.get_section_by_name(".cact")
-        if cact is None:
-            raise CactError(f"{elf_path} has no .cact section: the archive was not linked in")
-        if cact["sh_addr"] % 64:
-            raise CactError(f".cact section is at 0x{cact['sh_addr']:x}, not 64-byte aligned")
-        data = cact.data()
         with open(archive_path, "rb") as af:
             want = af.read()
-        if hashlib.sha256(data).digest() != hashlib.sha256(want).digest():
-            first = next((i for i, (x, y) in enumerate(zip(data, want)) if x != y), min(len(data), len(want)))
-            raise CactError(f".cact section ({len(data):,} bytes) differs from the archive "
-                            f"({len(want):,} bytes) first at byte {first}: the image does not carry "
-                            "the archive unchanged")
-        rep.cact_bytes = len(data)
+        cact = elf.get_section_by_name(".cact")
+        if board["archive"]["placement"] == "partition":
+            # The archive is flashed on its own: the image must point at the partition.
+            if cact is not None:
+                raise CactError(f"{elf_path} links a .cact section, but board {board['name']} keeps the "
+                                "archive in a partition")
+            origin = next(r["origin"] for r in board["memory"]["regions"] if r["use"] == "archive")
+            sym = next((s for s in _symbols(elf) if s.name == "needle_cact"), None)
+            if sym is None or sym["st_value"] != origin:
+                got = "missing" if sym is None else f"0x{sym['st_value']:x}"
+                raise CactError(f"needle_cact is {got}, not the archive partition at 0x{origin:x}")
+            rep.cact_bytes = len(want)
+            rep.partition = True
+        else:
+            if cact is None:
+                raise CactError(f"{elf_path} has no .cact section: the archive was not linked in")
+            if cact["sh_addr"] % 64:
+                raise CactError(f".cact section is at 0x{cact['sh_addr']:x}, not 64-byte aligned")
+            data = cact.data()
+            sym = next((s for s in _symbols(elf) if s.name == "needle_cact"), None)
+            if sym is not None and sym["st_size"]:
+                # the symbol spans the archive; some assemblers (MIPS) pad the section after it
+                start = sym["st_value"] - cact["sh_addr"]
+                pad = data[start + sym["st_size"]:]
+                if start != 0 or any(pad):
+                    raise CactError(f".cact section holds {len(data) - sym['st_size']:,} bytes besides "
+                                    "the archive, not all alignment padding")
+                data = data[start:start + sym["st_size"]]
+            if hashlib.sha256(data).digest() != hashlib.sha256(want).digest():
+                first = next((i for i, (x, y) in enumerate(zip(data, want)) if x != y), min(len(data), len(want)))
+                raise CactError(f".cact section ({len(data):,} bytes) differs from the archive "
+                                f"({len(want):,} bytes) first at byte {first}: the image does not carry "
+                                "the archive unchanged")
+            rep.cact_bytes = len(data)
         for sec in elf.iter_sections():
             flags = sec["sh_flags"]
             if not flags & SH_FLAGS.SHF_ALLOC or sec.name == ".cact" or sec["sh_size"] == 0:
@@ -131,10 +170,12 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
                 rep.ram[sec.name] = sec["sh_size"]
             elif flags & SH_FLAGS.SHF_WRITE:
                 rep.ram[sec.name] = sec["sh_size"]
+                if board["kernel"] == "none" and sec["sh_type"] != "SHT_NOBITS":
+                    rep.flash[sec.name + " (load image)"] = sec["sh_size"]
             else:
                 rep.flash[sec.name] = sec["sh_size"]
         heap = sorted({s.name.split("@")[0] for s in _symbols(elf) if s.name.split("@")[0] in HEAP_FUNCTIONS})
-        if heap:
+        if heap and not objects:
             raise CactError(f"the image references {', '.join(heap)}: needle-fw engines must not "
                             "use the heap (find the caller with `nm -u` / a linker map)")
         for s in _symbols(elf):     # the engine's two static objects (needle_model.c)

@@ -24,8 +24,30 @@ ENGINE_FILES = {
 }
 
 
-def outputs() -> list[str]:
-    return list(ENGINE_FILES)
+def outputs(board: dict | None = None) -> list[str]:
+    """Files generate() writes for this board."""
+    names = list(ENGINE_FILES)
+    if board and board["kernel"] == "none":
+        names.append("link.ld")
+        if board["archive"]["placement"] == "partition":
+            names.remove("needle_archive.S")
+    return names
+
+
+def linker_context(board: dict, archive_bytes: int) -> dict:
+    """Data for templates/link.ld.j2, and the archive-fits check that runs before compiling."""
+    from . import __version__, boards
+    arch = boards.region(board, "archive")
+    if archive_bytes > arch["length"]:
+        raise CactError(f"archive is {archive_bytes:,} bytes but board {board['name']}'s "
+                        f"{arch['name']} region holds {arch['length']:,} "
+                        f"({archive_bytes - arch['length']:,} over): use a shallower ladder rung "
+                        "or a board with more flash")
+    return {"generator_version": __version__, "board": board["name"],
+            "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
+            "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
+            "archive_length": arch["length"], "code": boards.region(board, "code")["name"],
+            "data": boards.region(board, "data")["name"], "archive": arch["name"]}
 
 
 def contexts(archive_path: str, opts: planner.Options, incbin_path: str | None = None,
@@ -44,9 +66,14 @@ def generate(archive_path: str, out_dir: str, opts: planner.Options | None = Non
     """Render every engine file into out_dir; returns the engine plan (for reports)."""
     opts = opts or planner.Options()
     ctx, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
+    board = opts.board_data
+    link = linker_context(board, ctx["archive_bytes"]) if board and board["kernel"] == "none" else None
     os.makedirs(out_dir, exist_ok=True)
-    for name, template in ENGINE_FILES.items():
-        text = emit.render(template, tok if name.startswith("needle_tokenizer") else ctx)
+    for name in outputs(board):
+        if name == "link.ld":
+            text = emit.render("link.ld.j2", link)
+        else:
+            text = emit.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else ctx)
         path = Path(out_dir) / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

@@ -32,6 +32,13 @@ class Options:
     kv_window: int | None = None      # explicit smaller window (changes numerics: warned)
     kv_budget: int = KV_BUDGET_BYTES   # bytes of RAM for the KV cache when kv_window is 0
     max_text: int = 16384              # bytes of prompt text the tokenizer accepts
+    board_data: dict | None = None     # the whole board file (bare metal: regions, stack)
+
+    @classmethod
+    def for_board(cls, board: dict, kv_window: int | None = None) -> "Options":
+        return cls(board=board["name"], kv_window=kv_window,
+                   kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
+                   board_data=board)
 
 
 def fnv1a64(data) -> int:

@@ -30,7 +30,7 @@ def scons(*args, cwd=ROOT, check=True) -> subprocess.CompletedProcess:
 
 
 def build(archive: Path, build_dir: Path, *extra: str) -> Path:
-    scons(f"archive={archive}", f"build={build_dir}", *extra)
+    scons("board=host", f"archive={archive}", f"build={build_dir}", *extra)
     return build_dir / "needle"
 
 
@@ -131,20 +131,21 @@ def test_rebuilds_when_and_only_when_inputs_change(tmp_path):
     archive = tmp_path / "a.cact"
     shutil.copy(GOLDEN / "tiny" / "archive.cact", archive)
     build(archive, tmp_path / "b")
-    again = scons(f"archive={archive}", f"build={tmp_path / 'b'}")
+    again = scons("board=host", f"archive={archive}", f"build={tmp_path / 'b'}")
     assert "generate engine" not in again.stdout and "gcc" not in again.stdout
     subprocess.run([sys.executable, "-m", "generator", "synth", "--like", str(archive), "--seed", "9",
                     "-o", str(archive)], cwd=ROOT, check=True, capture_output=True)
-    changed = scons(f"archive={archive}", f"build={tmp_path / 'b'}")
+    changed = scons("board=host", f"archive={archive}", f"build={tmp_path / 'b'}")
     assert "generate engine" in changed.stdout
 
 
 def test_engine_builder_signature_covers_templates_and_generator():
     """The generator's sources and every template are inputs of the generate step."""
-    proc = scons("--tree=prune", "build/host/gen/needle_model.c", "-n")
+    proc = scons("board=host", "--tree=prune", "build/host/gen/needle_model.c", "-n")
     tree = proc.stdout
     for path in ("templates/needle_model.c.j2", "templates/needle_kernels.c.j2",
-                 "templates/needle_tokenizer.c.j2", "generator/plan.py", "generator/emit.py"):
+                 "templates/needle_tokenizer.c.j2", "generator/plan.py", "generator/emit.py",
+                 "boards/host.toml"):
         assert path in tree, path
 
 
@@ -170,7 +171,7 @@ def test_scons_refuses_bad_options(args, text):
 def test_bad_archive_fails_the_build_with_one_line(tmp_path):
     bad = tmp_path / "bad.cact"
     bad.write_bytes(b"\x00" * 200)
-    proc = scons(f"archive={bad}", f"build={tmp_path / 'b'}", check=False)
+    proc = scons("board=host", f"archive={bad}", f"build={tmp_path / 'b'}", check=False)
     assert proc.returncode != 0
     assert "not a .cact archive (tag 0x00000000)" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -178,7 +179,8 @@ def test_bad_archive_fails_the_build_with_one_line(tmp_path):
 
 
 def test_smaller_kv_window_is_warned_and_changes_the_ring(tmp_path):
-    proc = scons(f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}", "kv_window=8")
+    proc = scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}",
+                 "kv_window=8")
     assert "warning: kv_window=8 is smaller than the trained window 64" in proc.stdout
     assert "window 8," in run(tmp_path / "b" / "needle", "--info").stdout
 

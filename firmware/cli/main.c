@@ -9,18 +9,19 @@
  *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
  * 3 when the linked archive is not the one the engine was generated for, 1 for I/O errors.
+ * Console and files go through hal.h, so this is the same program on Linux and bare metal.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "hal.h"
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
+#ifdef NEEDLE_HAVE_BENCH
 #include "bench.h"
+#endif
 
 #define TOOLS_FILE_MAX (64u * 1024u)
 #define PROMPT_MAX     NEEDLE_TOK_MAX_TEXT
@@ -32,22 +33,27 @@ static char prompt[PROMPT_MAX + 1];
 
 static int fail(int code, const char *fmt, ...)
 {
+    char line[512];
+    static const char prefix[] = "needle: error: ";
+    memcpy(line, prefix, sizeof prefix - 1);
     va_list ap;
     va_start(ap, fmt);
-    fputs("needle: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    size_t n = sizeof prefix - 1 + hal_vformat(line + sizeof prefix - 1, sizeof line - sizeof prefix, fmt, ap);
     va_end(ap);
+    line[n++] = '\n';
+    hal_err(line, n);
     return code;
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
 {
-    char *end;
-    if (!*s || *s == '-' || *s == '+') return -1;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || v > max) return -1;
+    uint64_t v = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        v = v * 10u + (uint64_t)(*s - '0');
+        if (v > max) return -1;
+    }
     *out = (uint32_t)v;
     return 0;
 }
@@ -61,14 +67,15 @@ static uint32_t argmax(const float *v, uint32_t n)
 
 static void print_info(void)
 {
-    printf("needle-fw engine %s, Needle %d, board %s\n", NEEDLE_GENERATOR_VERSION, NEEDLE_GENERATION, NEEDLE_BOARD);
-    printf("archive   sha256 %s, %u bytes\n", NEEDLE_ARCHIVE_SHA256, NEEDLE_ARCHIVE_BYTES);
-    printf("geometry  vocab %u, d %u, layers %u, heads %u/%u x %u, hada_n %u, lanes %u, "
-           "engram sites %u, max_seq %u\n", NEEDLE_VOCAB, NEEDLE_D_MODEL, NEEDLE_LAYERS, NEEDLE_HEADS,
-           NEEDLE_KV_HEADS, NEEDLE_HEAD_DIM, NEEDLE_HADA_N, NEEDLE_LANES, NEEDLE_ENGRAM_SITES, NEEDLE_MAX_SEQ);
-    printf("kv cache  window %u, %u bits, %u bytes\n", NEEDLE_KV_WINDOW, NEEDLE_KV_BITS, NEEDLE_KV_BYTES);
-    printf("memory    engine state %zu bytes (static), archive %u bytes (linked, read in place)\n",
-           needle_state_bytes(), NEEDLE_ARCHIVE_BYTES);
+    hal_printf("needle-fw engine %s, Needle %d, board %s\n", NEEDLE_GENERATOR_VERSION, NEEDLE_GENERATION, NEEDLE_BOARD);
+    hal_printf("archive   sha256 %s, %u bytes\n", NEEDLE_ARCHIVE_SHA256, NEEDLE_ARCHIVE_BYTES);
+    hal_printf("geometry  vocab %u, d %u, layers %u, heads %u/%u x %u, hada_n %u, lanes %u, ",
+               NEEDLE_VOCAB, NEEDLE_D_MODEL, NEEDLE_LAYERS, NEEDLE_HEADS, NEEDLE_KV_HEADS,
+               NEEDLE_HEAD_DIM, NEEDLE_HADA_N, NEEDLE_LANES);
+    hal_printf("engram sites %u, max_seq %u\n", NEEDLE_ENGRAM_SITES, NEEDLE_MAX_SEQ);
+    hal_printf("kv cache  window %u, %u bits, %u bytes\n", NEEDLE_KV_WINDOW, NEEDLE_KV_BITS, NEEDLE_KV_BYTES);
+    hal_printf("memory    engine state %zu bytes (static), archive %u bytes (read in place)\n",
+               needle_state_bytes(), NEEDLE_ARCHIVE_BYTES);
 }
 
 /* Teacher-forced run of a comma-separated id list; optionally dump every position's logits. */
@@ -90,12 +97,12 @@ static int run_tokens(const char *list, const char *logits_path)
         if (*p == ',' && !*++p) return fail(2, "--tokens: list ends with a comma");
     }
     if (n == 0) return fail(2, "--tokens: empty list");
-    FILE *out = NULL;
-    if (logits_path && !(out = fopen(logits_path, "wb")))
-        return fail(1, "cannot write %s: %s", logits_path, strerror(errno));
+    void *out = NULL;
+    if (logits_path && !(out = hal_create(logits_path)))
+        return fail(1, "cannot write %s: %s", logits_path, hal_reason());
     for (uint32_t t = 0; t < n; t++) {
         const float *lg = needle_step(ids[t]);
-        if (!lg) { if (out) fclose(out); return fail(2, "%s", needle_error()); }
+        if (!lg) { if (out) hal_close(out); return fail(2, "%s", needle_error()); }
         if (out) {
             static uint8_t le[NEEDLE_VOCAB * 4];   /* little-endian on every host */
             for (uint32_t v = 0; v < NEEDLE_VOCAB; v++) {
@@ -104,16 +111,16 @@ static int run_tokens(const char *list, const char *logits_path)
                 le[4 * v] = (uint8_t)b; le[4 * v + 1] = (uint8_t)(b >> 8);
                 le[4 * v + 2] = (uint8_t)(b >> 16); le[4 * v + 3] = (uint8_t)(b >> 24);
             }
-            if (fwrite(le, 1, sizeof le, out) != sizeof le) {
-                fclose(out);
-                return fail(1, "cannot write %s: %s", logits_path, strerror(errno));
+            if (hal_write(out, le, sizeof le)) {
+                hal_close(out);
+                return fail(1, "cannot write %s: %s", logits_path, hal_reason());
             }
         } else {
-            printf("%s%" PRIu32, t ? "," : "", argmax(lg, NEEDLE_VOCAB));
+            hal_printf("%s%u", t ? "," : "", (unsigned)argmax(lg, NEEDLE_VOCAB));
         }
     }
-    if (out && fclose(out)) return fail(1, "cannot write %s: %s", logits_path, strerror(errno));
-    if (!out) printf("\n");
+    if (out && hal_close(out)) return fail(1, "cannot write %s: %s", logits_path, hal_reason());
+    if (!out) hal_out("\n", 1);
     return 0;
 }
 
@@ -137,39 +144,27 @@ static int generate(const char *text, size_t len, uint32_t max_new)
     for (uint32_t made = 0; made < max_new; made++) {
         uint32_t next = argmax(lg, NEEDLE_VOCAB);
         if (next == NEEDLE_EOS_ID) break;
-        if (print_ids) printf("%s%" PRIu32, made ? "," : "", next);
-        else fwrite(out, 1, needle_tok_stream_push(&stream, next, out), stdout);
-        fflush(stdout);
+        if (print_ids) hal_printf("%s%u", made ? "," : "", (unsigned)next);
+        else hal_out(out, needle_tok_stream_push(&stream, next, out));
+        hal_flush();
         if (total + made + 1 >= max_len) break;
         if (!(lg = needle_step(next))) return fail(2, "%s", needle_error());
     }
-    if (!print_ids) fwrite(out, 1, needle_tok_stream_finish(&stream, out), stdout);
-    printf("\n");
-    return 0;
-}
-
-static int read_file(const char *path, char *buf, size_t cap, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(2, "cannot read %s: %s", path, strerror(errno));
-    *len = fread(buf, 1, cap + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err) return fail(2, "cannot read %s", path);
-    if (*len > cap) return fail(2, "%s is larger than %zu bytes", path, cap);
-    buf[*len] = 0;
+    if (!print_ids) hal_out(out, needle_tok_stream_finish(&stream, out));
+    hal_out("\n", 1);
     return 0;
 }
 
 static void usage(void)
 {
-    fputs("usage: needle --prompt TEXT [--max-new N] [--ids]\n"
+    static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N] [--ids]\n"
           "       needle --tokens ID,ID,... [--logits FILE]\n"
-          "       needle --info | --bench N | --help\n", stdout);
+          "       needle --info | --bench N | --help\n";
+    hal_out(text, sizeof text - 1);
 }
 
-int main(int argc, char **argv)
+int needle_cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     uint32_t max_new = 96, bench = 0;
@@ -206,13 +201,17 @@ int main(int argc, char **argv)
 
     if (needle_boot()) return fail(3, "%s", needle_error());
     if (info) { print_info(); return 0; }
+#ifdef NEEDLE_HAVE_BENCH
     if (bench) return needle_bench(bench);
+#else
+    if (bench) return fail(2, "--bench is not available on board %s (see README, Benchmarks)", NEEDLE_BOARD);
+#endif
     if (tokens) return run_tokens(tokens, logits);
     if (tools || query) {
         if (!tools || !query) return fail(2, "--tools and --query go together");
         size_t len = 0;
-        int rc = read_file(tools, tools_json, TOOLS_FILE_MAX, &len);
-        if (rc) return rc;
+        if (hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &len))
+            return fail(2, "cannot read %s: %s", tools, hal_reason());
         char err[256];
         int n = needle_render_prompt(tools_json, len, query, system, prompt, sizeof prompt, err, sizeof err);
         if (n < 0) return fail(2, "%s: %s", tools, err);

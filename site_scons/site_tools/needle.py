@@ -29,16 +29,21 @@ def _generator_sources(env):
     return sorted(files, key=str)
 
 
+def _board(env) -> dict:
+    from generator import boards
+    return boards.load(env["NEEDLE_BOARD"])
+
+
 def _engine_emitter(target, source, env):
     gen_dir = Dir(str(target[0]))
-    targets = [gen_dir.File(name) for name in _engine.outputs()]
-    return targets, source + _generator_sources(env)
+    targets = [gen_dir.File(name) for name in _engine.outputs(_board(env))]
+    board_file = File(f"#boards/{env['NEEDLE_BOARD']}.toml")
+    return targets, source + _generator_sources(env) + [board_file]
 
 
 def _options(env) -> _plan.Options:
     kvw = env.get("NEEDLE_KV_WINDOW") or None
-    return _plan.Options(board=env["NEEDLE_BOARD"], kv_window=int(kvw) if kvw else None,
-                         kv_budget=int(env["NEEDLE_KV_BUDGET"]))
+    return _plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None)
 
 
 def _engine_action(target, source, env):
@@ -47,7 +52,7 @@ def _engine_action(target, source, env):
     try:
         ctx = _engine.generate(archive.abspath, out_dir, _options(env),
                                incbin_path=archive.path if not os.path.isabs(archive.path) else archive.abspath,
-                               gnu_stack=env["NEEDLE_KERNEL"] == "linux")
+                               gnu_stack=_board(env)["kernel"] == "linux")
     except CactError as exc:
         print(f"scons: error: {archive.path}: {exc}")
         return 2
@@ -62,10 +67,10 @@ def _engine_str(target, source, env):
 
 def _check_action(target, source, env):
     elf, archive = source[0], source[1]
-    from generator import boards
     try:
-        board = boards.load(env["NEEDLE_BOARD"])
-        rep = _elfcheck.check(elf.abspath, archive.abspath, board, obj_dir=env.get("NEEDLE_OBJ_DIR"))
+        board = _board(env)
+        rep = _elfcheck.check(elf.abspath, archive.abspath, board, obj_dir=env.get("NEEDLE_OBJ_DIR"),
+                              objects=[str(o) for o in env.get("NEEDLE_OBJECTS", [])] or None)
     except CactError as exc:
         print(f"scons: error: post-link check of {elf.path}: {exc}")
         if os.path.exists(elf.abspath):
@@ -85,8 +90,7 @@ def _check_str(target, source, env):
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
-                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KV_BUDGET",
-                                            "NEEDLE_KERNEL"]),
+                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,

@@ -1,0 +1,31 @@
+/* The hardware seam of the CLI: console, files, exit.  Each target provides one
+ * implementation (hal/linux: stdio; hal/semihost: Arm semihosting under a debugger or QEMU).
+ * The CLI itself (cli/main.c) uses nothing else, so it is the same program on every board. */
+#ifndef NEEDLE_HAL_H
+#define NEEDLE_HAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* The program: argv[0] is the program name. Returns the exit status. */
+int needle_cli(int argc, char **argv);
+
+void hal_out(const char *s, size_t n);          /* standard output */
+void hal_err(const char *s, size_t n);          /* standard error */
+void hal_flush(void);
+
+/* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set. */
+int hal_read_file(const char *path, char *buf, size_t cap, size_t *len);
+
+/* Write-only binary file: a handle, or NULL with hal_reason() set. */
+void *hal_create(const char *path);
+int hal_write(void *file, const void *data, size_t n);   /* 0, or -1 */
+int hal_close(void *file);                               /* 0, or -1 */
+const char *hal_reason(void);                            /* why the last call failed */
+
+/* printf-like formatting of %s %.Ns %u %d %zu %x %%, into a bounded buffer (always
+ * NUL-terminated); returns the length written. */
+size_t hal_vformat(char *buf, size_t cap, const char *fmt, va_list ap);
+void hal_printf(const char *fmt, ...);
+
+#endif

@@ -1,0 +1,144 @@
+/* HAL for bare-metal Arm targets: Arm semihosting (console, host files, command line, exit
+ * status), served by QEMU's -semihosting or by a debug probe. */
+#include <stdint.h>
+#include <string.h>
+
+#include "hal.h"
+
+enum {
+    SYS_OPEN = 0x01, SYS_CLOSE = 0x02, SYS_WRITE = 0x05, SYS_READ = 0x06, SYS_FLEN = 0x0C,
+    SYS_GET_CMDLINE = 0x15, SYS_EXIT_EXTENDED = 0x20,
+};
+#define ADP_STOPPED_APPLICATION_EXIT 0x20026u
+#define OPEN_R_B 1u   /* "rb" */
+#define OPEN_W   4u   /* "w": ":tt" opened so is standard output */
+#define OPEN_W_B 5u   /* "wb" */
+#define OPEN_A   8u   /* "a": ":tt" opened so is standard error */
+
+/* The semihosting trap: operation in r0, parameter block in r1, result in r0. */
+static int32_t semihost(uint32_t op, const void *arg)
+{
+    register uint32_t r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+    return (int32_t)r0;
+}
+
+static int32_t console_out = -1, console_err = -1;
+static const char *reason = "";
+
+static int32_t open_file(const char *path, uint32_t mode)
+{
+    uint32_t args[3] = { (uint32_t)(uintptr_t)path, mode, (uint32_t)strlen(path) };
+    return semihost(SYS_OPEN, args);
+}
+
+static void write_handle(int32_t handle, const char *s, size_t n)
+{
+    uint32_t args[3] = { (uint32_t)handle, (uint32_t)(uintptr_t)s, (uint32_t)n };
+    if (handle >= 0 && n) (void)semihost(SYS_WRITE, args);
+}
+
+void hal_out(const char *s, size_t n) { write_handle(console_out, s, n); }
+void hal_err(const char *s, size_t n) { write_handle(console_err, s, n); }
+void hal_flush(void) {}
+const char *hal_reason(void) { return reason; }
+
+int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
+{
+    int32_t h = open_file(path, OPEN_R_B);
+    if (h < 0) { reason = "cannot open the file on the host"; return -1; }
+    uint32_t flen_args[1] = { (uint32_t)h };
+    int32_t size = semihost(SYS_FLEN, flen_args);
+    uint32_t close_args[1] = { (uint32_t)h };
+    if (size < 0 || (size_t)size > cap) {
+        (void)semihost(SYS_CLOSE, close_args);
+        reason = size < 0 ? "cannot size the file" : "file too large";
+        return -1;
+    }
+    uint32_t read_args[3] = { (uint32_t)h, (uint32_t)(uintptr_t)buf, (uint32_t)size };
+    int32_t left = semihost(SYS_READ, read_args);
+    (void)semihost(SYS_CLOSE, close_args);
+    if (left != 0) { reason = "short read"; return -1; }
+    *len = (size_t)size;
+    buf[size] = 0;
+    return 0;
+}
+
+void *hal_create(const char *path)
+{
+    int32_t h = open_file(path, OPEN_W_B);
+    if (h < 0) { reason = "cannot create the file on the host"; return 0; }
+    return (void *)(uintptr_t)(h + 1);     /* handle 0 is valid: keep NULL for failure */
+}
+
+int hal_write(void *file, const void *data, size_t n)
+{
+    uint32_t args[3] = { (uint32_t)((uintptr_t)file - 1), (uint32_t)(uintptr_t)data, (uint32_t)n };
+    if (semihost(SYS_WRITE, args) == 0) return 0;
+    reason = "write failed";
+    return -1;
+}
+
+int hal_close(void *file)
+{
+    uint32_t args[1] = { (uint32_t)((uintptr_t)file - 1) };
+    return semihost(SYS_CLOSE, args) == 0 ? 0 : -1;
+}
+
+void hal_exit(int code) __attribute__((noreturn));
+void hal_exit(int code)
+{
+    uint32_t args[2] = { ADP_STOPPED_APPLICATION_EXIT, (uint32_t)code };
+    for (;;) (void)semihost(SYS_EXIT_EXTENDED, args);
+}
+
+/* Split the host command line like a shell would for plain words and "double quotes"
+ * (backslash escapes \" and \\ inside quotes). */
+#define CMDLINE_MAX 8192
+#define ARGS_MAX 32
+static char cmdline[CMDLINE_MAX];
+static char *argv_buf[ARGS_MAX + 1];
+
+static int split(char *s, char **argv)
+{
+    int argc = 0;
+    char *out = s;
+    while (*s) {
+        while (*s == ' ') s++;
+        if (!*s || argc == ARGS_MAX) break;
+        argv[argc++] = out;
+        int quoted = 0;
+        for (; *s && (quoted || *s != ' '); s++) {
+            if (*s == '"') { quoted = !quoted; continue; }
+            if (quoted && *s == '\\' && (s[1] == '"' || s[1] == '\\')) s++;
+            *out++ = *s;
+        }
+        if (*s) s++;
+        *out++ = 0;
+    }
+    argv[argc] = 0;
+    return argc;
+}
+
+/* Without a command line, the firmware runs its demo prompt. */
+static char demo_name[] = "needle", demo_flag[] = "--prompt", demo_max[] = "--max-new", demo_n[] = "24";
+static char demo_text[] = "<|im_start|>user\nWhat is the weather in Lagos?<|im_end|>\n<|im_start|>assistant\n";
+
+void hal_main(void) __attribute__((noreturn));
+void hal_main(void)
+{
+    console_out = open_file(":tt", OPEN_W);
+    console_err = open_file(":tt", OPEN_A);
+    uint32_t args[2] = { (uint32_t)(uintptr_t)cmdline, CMDLINE_MAX - 1 };
+    int argc = 0;
+    if (semihost(SYS_GET_CMDLINE, args) == 0) {
+        cmdline[args[1] < CMDLINE_MAX ? args[1] : CMDLINE_MAX - 1] = 0;
+        argc = split(cmdline, argv_buf);
+    }
+    if (argc <= 1) {
+        static char *demo[] = { demo_name, demo_flag, demo_text, demo_max, demo_n, 0 };
+        hal_exit(needle_cli(5, demo));
+    }
+    hal_exit(needle_cli(argc, argv_buf));
+}
