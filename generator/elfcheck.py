@@ -44,15 +44,24 @@ class Report:
 
     @property
     def ram_total(self) -> int:
-        return sum(self.ram.values()) + (self.stack_bytes or 0)
+        """Static RAM, plus the deepest stack unless the image reserves its stack (.stack)."""
+        reserved = ".stack" in self.ram
+        return sum(self.ram.values()) + (0 if reserved else (self.stack_bytes or 0))
+
+    def _ram_line(self) -> str:
+        deepest = f"{self.stack_bytes:,}" if self.stack_bytes is not None else "n/a"
+        if ".stack" in self.ram:
+            rest = sum(v for k, v in self.ram.items() if k != ".stack")
+            return (f"  RAM   {self.ram_total:>12,d} bytes = data+bss {rest:,} + stack reserved "
+                    f"{self.ram['.stack']:,} (deepest call path uses {deepest})")
+        return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}"
 
     def lines(self, board: str) -> list[str]:
         rodata = sum(self.flash.values()) - self.code_bytes
         out = [f"memory report ({board}):",
                f"  flash {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + rodata {rodata:,} "
                f"+ {'archive partition' if self.partition else '.cact'} {self.cact_bytes:,}",
-               f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack "
-               f"{self.stack_bytes if self.stack_bytes is not None else 'n/a'}"]
+               self._ram_line()]
         if self.state_bytes is not None:
             out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
         if self.stack_path:
