@@ -25,6 +25,27 @@ SCHEMA = {
     "memory": dict, "archive": dict, "emulator": dict,
 }
 MEMORY_KEYS = {"ram_bytes": int, "kv_budget_bytes": int, "flash_bytes": int}
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "kernels"
+
+
+def families() -> list[str]:
+    """Kernel families with a template (templates/kernels/<family>.c.j2)."""
+    return sorted(p.name[:-len(".c.j2")] for p in TEMPLATES.glob("*.c.j2"))
+
+
+def kernel_family(board: dict) -> str:
+    """The board's kernel family; `auto` (the host) picks x86 on an x86-64 with AVX2."""
+    fam = board["kernels"]
+    if fam != "auto":
+        return fam
+    import platform
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        flags = ""
+    if platform.machine() in ("x86_64", "AMD64") and " avx2" in flags and "x86" in families():
+        return "x86"
+    return "scalar"
 REGION_USES = ("code", "data", "archive")
 
 
@@ -58,6 +79,8 @@ def load(name: str) -> dict:
     for key, typ in MEMORY_KEYS.items():
         if not isinstance(data["memory"].get(key), typ) or data["memory"][key] <= 0:
             bad(f"memory.{key} must be a positive integer")
+    if data["kernels"] not in families() + ["auto"]:
+        bad(f"kernels must be one of {', '.join(families())} (templates/kernels/), or auto")
     if data["archive"].get("placement") not in ("linked", "partition"):
         bad("archive.placement must be linked or partition")
     if not isinstance(data["emulator"].get("command"), list):

@@ -33,12 +33,14 @@ class Options:
     kv_budget: int = KV_BUDGET_BYTES   # bytes of RAM for the KV cache when kv_window is 0
     max_text: int = 16384              # bytes of prompt text the tokenizer accepts
     board_data: dict | None = None     # the whole board file (bare metal: regions, stack)
+    kernels: str = "scalar"            # kernel family (templates/kernels/<family>.c.j2)
 
     @classmethod
-    def for_board(cls, board: dict, kv_window: int | None = None) -> "Options":
+    def for_board(cls, board: dict, kv_window: int | None = None, kernels: str | None = None) -> "Options":
+        from .boards import kernel_family
         return cls(board=board["name"], kv_window=kv_window,
                    kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
-                   board_data=board)
+                   board_data=board, kernels=kernels or kernel_family(board))
 
 
 def fnv1a64(data) -> int:
@@ -185,6 +187,7 @@ def plan(a: Archive, opts: Options | None = None) -> dict:
         "provenance": {"archive_sha256": a.sha256(), "archive_bytes": a.size,
                        "generator_version": __version__, "board": opts.board,
                        "kv_window_option": opts.kv_window},
+        "kernels": opts.kernels,
         "warnings": warnings,
         "generation": 2,
         "header": dict(h),

@@ -25,7 +25,8 @@ from generator.errors import CactError  # noqa: E402
 
 
 def _generator_sources(env):
-    files = Glob("#generator/*.py") + Glob("#generator/reference/*.py") + Glob("#templates/*.j2")
+    files = (Glob("#generator/*.py") + Glob("#generator/reference/*.py") + Glob("#templates/*.j2")
+             + Glob("#templates/kernels/*.j2"))
     return sorted(files, key=str)
 
 
@@ -43,7 +44,8 @@ def _engine_emitter(target, source, env):
 
 def _options(env) -> _plan.Options:
     kvw = env.get("NEEDLE_KV_WINDOW") or None
-    return _plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None)
+    return _plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None,
+                                   kernels=env.get("NEEDLE_KERNELS") or None)
 
 
 def _engine_action(target, source, env):
@@ -90,7 +92,7 @@ def _check_str(target, source, env):
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
-                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW"]),
+                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
