@@ -6,9 +6,8 @@ formats the same facts for people.
 
 from __future__ import annotations
 
-from .format import CENSUS_KINDS, CQ, DTYPE_NAMES, census_kind
+from .format import CENSUS_KINDS, CQ, DTYPE_NAMES, KV_BUDGET_BYTES, census_kind
 from .reader import Archive
-from .synth import budget_window_n2
 
 SCHEMA_VERSION = 1
 
@@ -36,7 +35,8 @@ def kv_ram(a: Archive, window: int | None = None) -> dict[str, int]:
         hk, hv = h["qk_head_dim"], h["v_head_dim"]
     W = h["kv_window"] if window is None else window
     if W == 0:
-        W = budget_window_n2(h) if a.generation == 2 else h["max_seq_len"]
+        from .plan import budget_window
+        W = budget_window(h, KV_BUDGET_BYTES, a.generation)
     G, L = h["num_kv_heads"], h["num_layers"]
 
     def vec_bytes(width: int) -> int:

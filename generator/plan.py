@@ -50,34 +50,50 @@ def fnv1a64(data) -> int:
     return h
 
 
-def kv_vector_bytes(width: int, kv_bits: int) -> tuple[int, int]:
+def kv_vector_bytes(width: int, kv_bits: int, int8_group: int = KV_INT8_GROUP) -> tuple[int, int]:
     """(code bytes, scale-or-norm entries) of one stored head vector."""
     if kv_bits == 8:
-        return width, -(-width // KV_INT8_GROUP)
+        return width, -(-width // int8_group)
     pad = -(-width // KV_CQ_GROUP) * KV_CQ_GROUP
     return pad * kv_bits // 8, pad // KV_CQ_GROUP
 
 
-def kv_bytes_per_position(h: dict) -> int:
-    code, groups = kv_vector_bytes(h["head_dim"], h["kv_bits"])
-    per_vec = code + groups * (4 if h["kv_bits"] == 8 else 2)
-    return 2 * h["num_layers"] * h["num_kv_heads"] * per_vec
+def budget_window(h: dict, budget: int, generation: int = 2) -> int:
+    """deployment-numerics.md §2.3 with the board's budget in place of 12 MB."""
+    G, d, L, S, KVG = h["num_kv_heads"], h["d_model"], h["num_layers"], h["num_engram_sites"], KV_BUDGET_GROUP
+    per_site = d + (d // KVG) * 4
+    if generation == 2:
+        K = G * h["head_dim"]
+        per_pos = L * (2 * K + 2 * (K // KVG) * 4) + S * per_site
+        return max(KV_WINDOW_MIN, min((budget // per_pos) // KVG * KVG, h["max_seq_len"]))
+    Kq, Kv = G * h["qk_head_dim"], G * h["v_head_dim"]
+    per_layer = Kq + Kv + (Kq // KVG + Kv // KVG) * 4
+    n_g = len(global_layers(h))
+    if h["sliding_window"] > 0:
+        local = min(h["sliding_window"], h["max_seq_len"])
+        fixed = ((L - n_g) * per_layer + S * per_site) * local
+        if n_g == 0:
+            return h["max_seq_len"] if fixed <= budget else max(KV_WINDOW_MIN, local)
+        ctx = ((budget - fixed) // (n_g * per_layer)) // KVG * KVG   # floor division, as Python
+        return max(KV_WINDOW_MIN, min(ctx, h["max_seq_len"]))
+    per_pos = L * per_layer + S * per_site
+    return max(KV_WINDOW_MIN, min((budget // per_pos) // KVG * KVG, h["max_seq_len"]))
 
 
-def budget_window(h: dict, budget: int) -> int:
-    """deployment-numerics.md §2.3 (Needle 2) with the board's budget in place of 12 MB."""
-    K = h["num_kv_heads"] * h["head_dim"]
-    d, G = h["d_model"], KV_BUDGET_GROUP
-    per_pos = h["num_layers"] * (2 * K + 2 * (K // G) * 4) + h["num_engram_sites"] * (d + (d // G) * 4)
-    return max(KV_WINDOW_MIN, min((budget // per_pos) // G * G, h["max_seq_len"]))
+def global_layers(h: dict) -> list[int]:
+    """Needle 3 global (full-attention) layers; every layer when there is no local band."""
+    if "global_mask_lo" not in h or h["sliding_window"] == 0:
+        return list(range(h["num_layers"]))
+    mask = (h["global_mask_hi"] << 32) | h["global_mask_lo"]
+    return [l for l in range(h["num_layers"]) if mask >> l & 1]
 
 
-def window_for(h: dict, opts: Options) -> tuple[int, list[str]]:
-    """The engine's ring size and any warnings the user must see."""
+def window_for(h: dict, opts: Options, generation: int = 2) -> tuple[int, list[str]]:
+    """The deployment KV window (every layer's ring is at most this) and user warnings."""
     warnings = []
     header_w = h["kv_window"]
     if header_w == 0:
-        w = budget_window(h, opts.kv_budget)
+        w = budget_window(h, opts.kv_budget, generation)
         warnings.append(f"header kv_window is 0: sized from the {opts.kv_budget:,}-byte KV budget "
                         f"to {w} positions")
     else:
@@ -120,27 +136,44 @@ def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
     return [float(x) for x in (np.float32(1) / powv)]
 
 
-def plan(a: Archive, opts: Options | None = None) -> dict:
-    opts = opts or Options()
-    if a.generation != 2:
-        raise CactError(f"archive is Needle {a.generation}; the C engine supports Needle 2 for now")
-    h = a.header
-    d, L, H, G, hd = h["d_model"], h["num_layers"], h["num_heads"], h["num_kv_heads"], h["head_dim"]
-    n, N, V = h["mhc_lanes"], h["hada_n"], h["vocab"]
-    S = h["num_engram_sites"]
-    window, warnings = window_for(h, opts)
+N2_LAYER_VEC = ("norm_in", "q_norm", "k_norm", "post_norm", "attn_gate", "pre_hada", "d1", "d2", "d3")
+N3_LAYER_VEC = ("norm_in", "q_norm", "k_norm", "post_norm", "attn_gate", "pre_hada", "d1", "d2", "b2",
+                "d3", "d4", "w1a", "w1b", "w2a", "w2b", "w3a", "w3b", "cond_v", "cond_u")
+N3_TAPS = ("q_taps", "k_taps", "v_taps")
+LAYER_CQ = ("q_proj", "k_proj", "v_proj", "gate_proj", "out_proj")
 
-    layers = []
+
+def plan(a: Archive, opts: Options | None = None) -> dict:
+    """Everything the engine templates need, for either generation."""
+    opts = opts or Options()
+    gen = a.generation
+    h = a.header
+    d, L, H, G = h["d_model"], h["num_layers"], h["num_heads"], h["num_kv_heads"]
+    n, N, V = h["mhc_lanes"], h["hada_n"], h["vocab"]
+    hq = h["head_dim"] if gen == 2 else h["qk_head_dim"]
+    hv = h["head_dim"] if gen == 2 else h["v_head_dim"]
+    v_out = V if gen == 2 or h["out_vocab"] == 0 else h["out_vocab"]
+    taps = 0 if gen == 2 else h["qkv_conv_taps"]
+    S = h["num_engram_sites"]
+    window, warnings = window_for(h, opts, gen)
+    globals_ = set(global_layers(h))
+    w_sw = 0 if gen == 2 else h["sliding_window"]
+    local_window = min(w_sw, window) if w_sw else window
+
+    layers, n_local, n_global = [], 0, 0
+    vec_roles = N2_LAYER_VEC if gen == 2 else N3_LAYER_VEC + (N3_TAPS if taps else ())
     for l in range(L):
         p = f"layer{l:02d}."
+        local = l not in globals_
         layers.append({
             "index": l,
-            "vec": {k: _vec_plan(a, p + k) for k in ("norm_in", "q_norm", "k_norm", "post_norm",
-                                                     "attn_gate", "pre_hada", "d1", "d2", "d3")},
-            "cq": {k: _cq_plan(a, p + k) for k in ("q_proj", "k_proj", "v_proj", "gate_proj",
-                                                   "out_proj")},
+            "vec": {k: _vec_plan(a, p + k) for k in vec_roles},
+            "cq": {k: _cq_plan(a, p + k) for k in LAYER_CQ},
             "site": R.sites(h).index(l) if l in R.sites(h) else -1,
+            "local": local,
+            "ring": n_local if local else n_global,   # index among layers of its kind
         })
+        n_local, n_global = n_local + local, n_global + (not local)
     mhc_vec = {k: _vec_plan(a, "mhc." + k) for k in ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")}
     mhc_cq = {k: _cq_plan(a, "mhc." + k) for k in ("phi_pre", "phi_post", "phi_res")}
     sites = []
@@ -169,48 +202,65 @@ def plan(a: Archive, opts: Options | None = None) -> dict:
 
     orders = R.orders(h)
     T_e = h["num_engram_tables"]
+    heads_per_order = T_e // len(orders) if orders else 0
+    seed_stride = heads_per_order if gen == 2 or not h["engram_seed_heads"] else h["engram_seed_heads"]
     E = T_e * h["engram_sub_dim"]
     max_in_pad = max(c["in_pad"] for c in all_cq if c["role"] != "embedding" and
                      not c["role"].endswith(".tables"))
-    kv_code, kv_groups = kv_vector_bytes(hd, h["kv_bits"])
-    dir_end = HEADER_BYTES[2] + 4 * CODEBOOK_LEN + RECORD_BYTES * len(a.records)
+    # KV coding: Needle 2 int8 in groups of 32; Needle 3 one group per head vector
+    int8_group_k = KV_INT8_GROUP if gen == 2 else hq
+    int8_group_v = KV_INT8_GROUP if gen == 2 else hv
+    k_code, k_groups = kv_vector_bytes(hq, h["kv_bits"], int8_group_k)
+    v_code, v_groups = kv_vector_bytes(hv, h["kv_bits"], int8_group_v)
+    scale_bytes = 4 if h["kv_bits"] == 8 else 2
+    per_pos_layer = G * (k_code + v_code + (k_groups + v_groups) * scale_bytes)
+    kv_bytes = per_pos_layer * (n_local * local_window + n_global * window)
+    dir_end = HEADER_BYTES[gen] + 4 * CODEBOOK_LEN + RECORD_BYTES * len(a.records)
     tok = a.records[-1]
     # weight bytes a decode step reads: every matrix-vector product streams its whole
-    # matrix; row gathers read one row per table; FP16 control vectors are read once.
-    streamed = sum(c["nbytes"] for c in all_cq if not c["role"].endswith(".tables"))
+    # matrix (the tied head only its first V_out rows, plus the embedding row); row gathers
+    # read one row per table; FP16/FP32 control tensors are read once.
+    streamed = sum(c["nbytes"] for c in all_cq if not c["role"].endswith(".tables") and c is not embedding)
+    streamed += embedding["nbytes"] // V * (v_out + 1)
     streamed += sum(s["tables"]["nbytes"] // s["tables"]["rows"] * T_e for s in sites)
-    streamed += embedding["nbytes"] // V     # the embedding row (the head streams it whole too)
     streamed += sum(r.nbytes for r in a.records if r.dtype != CQ and r.role != "tokenizer"
                     and not r.role.startswith("head"))
-    return {
+    ctx = {
         "streamed_bytes": streamed,
         "provenance": {"archive_sha256": a.sha256(), "archive_bytes": a.size,
                        "generator_version": __version__, "board": opts.board,
                        "kv_window_option": opts.kv_window},
         "kernels": opts.kernels,
         "warnings": warnings,
-        "generation": 2,
+        "generation": gen,
         "header": dict(h),
         "tag": h["tag"],
         "boot_hash": fnv1a64(memoryview(a.data)[:dir_end]),
         "boot_hash_bytes": dir_end,
         "archive_bytes": a.size,
-        "d": d, "V": V, "L": L, "H": H, "G": G, "HD": hd, "A": H * hd, "K": G * hd,
+        "d": d, "V": V, "V_OUT": v_out, "L": L, "H": H, "G": G,
+        "HQ": hq, "HV": hv, "AQ": H * hq, "AV": H * hv, "KQ": G * hq, "KV": G * hv,
         "N": N, "LANES": n, "MAX_SEQ": h["max_seq_len"], "S": S, "E": E, "T_E": T_e,
         "SLOTS": h["engram_slots"], "SUB": h["engram_sub_dim"], "ORDERS": orders,
-        "HEADS_PER_ORDER": T_e // len(orders) if orders else 0,
+        "HEADS_PER_ORDER": heads_per_order, "SEED_STRIDE": seed_stride,
         "DILATION": h["engram_conv_dilation"], "MAX_ORDER": max(orders) if orders else 1,
-        "window": window, "kv_bits": h["kv_bits"], "kv_code_bytes": kv_code,
-        "kv_groups": kv_groups, "kv_levels": kv_levels,
-        "kv_hd_pad": -(-hd // KV_CQ_GROUP) * KV_CQ_GROUP,
-        "sqrt_d": float(nm.sqrt_f32(d)), "sqrt_hd": float(nm.sqrt_f32(hd)),
+        "TAPS": taps, "W_SW": w_sw,
+        "window": window, "local_window": local_window, "n_local": n_local, "n_global": n_global,
+        "kv_bits": h["kv_bits"], "kv_k_code": k_code, "kv_k_groups": k_groups,
+        "kv_v_code": v_code, "kv_v_groups": v_groups,
+        "kv_int8_group_k": int8_group_k, "kv_int8_group_v": int8_group_v, "kv_levels": kv_levels,
+        "sqrt_d": float(nm.sqrt_f32(d)), "sqrt_hq": float(nm.sqrt_f32(hq)),
         "inv_sqrt_g": float(quant.inv_sqrt(128)), "inv_sqrt_n": float(quant.inv_sqrt(N)),
-        "sqrt2": float(nm.sqrt_f32(2.0)),
-        "rope_inv_freq": rope_inv_freq(hd, h["rope_theta"]),
+        "rope_inv_freq": rope_inv_freq(hq, h["rope_theta"]),
         "max_in_pad": max_in_pad,
         "embedding": embedding, "layers": layers, "mhc_vec": mhc_vec, "mhc_cq": mhc_cq,
         "sites": sites, "final_norm": _vec_plan(a, "final_norm"),
         "codebooks": codebooks, "widths": widths,
         "tokenizer_offset": tok.offset, "tokenizer_bytes": tok.nbytes,
-        "kv_bytes": kv_bytes_per_position(h) * window,
+        "kv_bytes": kv_bytes,
     }
+    if gen == 3:
+        ba = 1 << ((N.bit_length() - 1) // 2)
+        ctx.update(BA=ba, BB=N // ba, COND_RANK=R.N3_COND_RANK,
+                   perm1=_vec_plan(a, "hada_p1"), perm2=_vec_plan(a, "hada_p2"))
+    return ctx

@@ -21,7 +21,7 @@ static double now(void)
 static uint32_t argmax(const float *v)
 {
     uint32_t best = 0;
-    for (uint32_t i = 1; i < NEEDLE_VOCAB; i++) if (v[i] > v[best]) best = i;
+    for (uint32_t i = 1; i < NEEDLE_OUT_VOCAB; i++) if (v[i] > v[best]) best = i;
     return best;
 }
 

@@ -69,11 +69,12 @@ static void print_info(void)
 {
     hal_printf("needle-fw engine %s, Needle %d, board %s\n", NEEDLE_GENERATOR_VERSION, NEEDLE_GENERATION, NEEDLE_BOARD);
     hal_printf("archive   sha256 %s, %u bytes\n", NEEDLE_ARCHIVE_SHA256, NEEDLE_ARCHIVE_BYTES);
-    hal_printf("geometry  vocab %u, d %u, layers %u, heads %u/%u x %u, hada_n %u, lanes %u, ",
-               NEEDLE_VOCAB, NEEDLE_D_MODEL, NEEDLE_LAYERS, NEEDLE_HEADS, NEEDLE_KV_HEADS,
-               NEEDLE_HEAD_DIM, NEEDLE_HADA_N, NEEDLE_LANES);
+    hal_printf("geometry  vocab %u (out %u), d %u, layers %u, heads %u/%u x %u/%u, hada_n %u, lanes %u, ",
+               NEEDLE_VOCAB, NEEDLE_OUT_VOCAB, NEEDLE_D_MODEL, NEEDLE_LAYERS, NEEDLE_HEADS,
+               NEEDLE_KV_HEADS, NEEDLE_QK_HEAD_DIM, NEEDLE_V_HEAD_DIM, NEEDLE_HADA_N, NEEDLE_LANES);
     hal_printf("engram sites %u, max_seq %u\n", NEEDLE_ENGRAM_SITES, NEEDLE_MAX_SEQ);
-    hal_printf("kv cache  window %u, %u bits, %u bytes\n", NEEDLE_KV_WINDOW, NEEDLE_KV_BITS, NEEDLE_KV_BYTES);
+    hal_printf("kv cache  window %u (local layers %u), %u bits, %u bytes\n", NEEDLE_KV_WINDOW,
+               NEEDLE_LOCAL_WINDOW, NEEDLE_KV_BITS, NEEDLE_KV_BYTES);
     hal_printf("memory    engine state %zu bytes (static), archive %u bytes (read in place)\n",
                needle_state_bytes(), NEEDLE_ARCHIVE_BYTES);
 }
@@ -104,8 +105,8 @@ static int run_tokens(const char *list, const char *logits_path)
         const float *lg = needle_step(ids[t]);
         if (!lg) { if (out) hal_close(out); return fail(2, "%s", needle_error()); }
         if (out) {
-            static uint8_t le[NEEDLE_VOCAB * 4];   /* little-endian on every host */
-            for (uint32_t v = 0; v < NEEDLE_VOCAB; v++) {
+            static uint8_t le[NEEDLE_OUT_VOCAB * 4];   /* little-endian on every host */
+            for (uint32_t v = 0; v < NEEDLE_OUT_VOCAB; v++) {
                 uint32_t b;
                 memcpy(&b, &lg[v], 4);
                 le[4 * v] = (uint8_t)b; le[4 * v + 1] = (uint8_t)(b >> 8);
@@ -116,7 +117,7 @@ static int run_tokens(const char *list, const char *logits_path)
                 return fail(1, "cannot write %s: %s", logits_path, hal_reason());
             }
         } else {
-            hal_printf("%s%u", t ? "," : "", (unsigned)argmax(lg, NEEDLE_VOCAB));
+            hal_printf("%s%u", t ? "," : "", (unsigned)argmax(lg, NEEDLE_OUT_VOCAB));
         }
     }
     if (out && hal_close(out)) return fail(1, "cannot write %s: %s", logits_path, hal_reason());
@@ -142,7 +143,7 @@ static int generate(const char *text, size_t len, uint32_t max_new)
     needle_tok_stream_init(&stream);
     static char out[NEEDLE_TOK_STREAM_OUT_MAX];
     for (uint32_t made = 0; made < max_new; made++) {
-        uint32_t next = argmax(lg, NEEDLE_VOCAB);
+        uint32_t next = argmax(lg, NEEDLE_OUT_VOCAB);
         if (next == NEEDLE_EOS_ID) break;
         if (print_ids) hal_printf("%s%u", made ? "," : "", (unsigned)next);
         else hal_out(out, needle_tok_stream_push(&stream, next, out));
