@@ -188,7 +188,7 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
             raise CactError(f"the image references {', '.join(heap)}: needle-fw engines must not "
                             "use the heap (find the caller with `nm -u` / a linker map)")
         for s in _symbols(elf):     # the engine's two static objects (needle_model.c)
-            if s["st_info"]["type"] == "STT_OBJECT" and s.name in ("st", "kv_cache"):
+            if s["st_info"]["type"] == "STT_OBJECT" and s.name in ("st", "kv_cache", "cells"):
                 if s.name == "kv_cache":
                     rep.kv_bytes = s["st_size"]
                 rep.state_bytes = (rep.state_bytes or 0) + s["st_size"]

@@ -34,13 +34,15 @@ class Options:
     max_text: int = 16384              # bytes of prompt text the tokenizer accepts
     board_data: dict | None = None     # the whole board file (bare metal: regions, stack)
     kernels: str = "scalar"            # kernel family (templates/kernels/<family>.c.j2)
+    head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
 
     @classmethod
-    def for_board(cls, board: dict, kv_window: int | None = None, kernels: str | None = None) -> "Options":
+    def for_board(cls, board: dict, kv_window: int | None = None, kernels: str | None = None,
+                  head_tokens: int = 0) -> "Options":
         from .boards import kernel_family
         return cls(board=board["name"], kv_window=kv_window,
                    kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
-                   board_data=board, kernels=kernels or kernel_family(board))
+                   board_data=board, kernels=kernels or kernel_family(board), head_tokens=head_tokens)
 
 
 def fnv1a64(data) -> int:
@@ -134,6 +136,24 @@ def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
     e = np.float32(2) * j.astype(np.float32) / np.float32(head_dim)
     powv = np.power(np.float64(np.float32(theta)), e.astype(np.float64)).astype(np.float32)
     return [float(x) for x in (np.float32(1) / powv)]
+
+
+def _heads_plan(a: Archive, opts: Options) -> tuple[list[dict], int]:
+    """Probe heads the engine computes (needle2-model.md §9), when head_tokens > 0."""
+    if not opts.head_tokens or not a.heads:
+        return [], 0
+    if a.generation != 2:
+        raise CactError("head_tokens: probe heads are implemented in the C engine for Needle 2 only")
+    if opts.head_tokens > a.header["max_seq_len"]:
+        raise CactError(f"head_tokens={opts.head_tokens} exceeds max_seq_len {a.header['max_seq_len']}")
+    out = []
+    for hd in a.heads:
+        recs = {part: a.records[i] for part, i in hd.tensors.items()}
+        out.append({"code": hd.code, "name": hd.name, "probes": recs["probes"].offset,
+                    "proj": recs["proj"].offset, "bias": recs["bias"].offset,
+                    "P": recs["probes"].shape[0], "out": recs["proj"].shape[0],
+                    "normalise": hd.code == 1})
+    return out, opts.head_tokens
 
 
 N2_LAYER_VEC = ("norm_in", "q_norm", "k_norm", "post_norm", "attn_gate", "pre_hada", "d1", "d2", "d3")
@@ -259,6 +279,7 @@ def plan(a: Archive, opts: Options | None = None) -> dict:
         "tokenizer_offset": tok.offset, "tokenizer_bytes": tok.nbytes,
         "kv_bytes": kv_bytes,
     }
+    ctx["heads"], ctx["head_tokens"] = _heads_plan(a, opts)
     if gen == 3:
         ba = 1 << ((N.bit_length() - 1) // 2)
         ctx.update(BA=ba, BB=N // ba, COND_RANK=R.N3_COND_RANK,

@@ -293,3 +293,28 @@ def test_cli_tool_prompt_equals_the_python_rendering(engines):
     proc = run(engines["tiny"], "--tools", ROOT / "demo" / "tools.json", "--query",
                "set a timer for 5 minutes", "--max-new", 8, "--ids")
     assert [int(x) for x in proc.stdout.strip().split(",") if x] == want
+
+
+# ---- probe heads -----------------------------------------------------------------------
+
+def test_probe_heads_match_the_reference(tmp_path):
+    """needle_head() pools every (token, row) cell exactly as the reference (pads excluded)."""
+    from generator import reader
+    from generator.reference import Needle2
+    archive = GOLDEN / "tiny" / "archive.cact"
+    binary = build(archive, tmp_path / "h", "head_tokens=32")
+    a = reader.read(archive)
+    meta, _ = golden.load(GOLDEN / "tiny")
+    for toks in (meta["tokens"][:20], meta["tokens"][:5] + [0, 0] + meta["tokens"][5:12]):
+        run(binary, "--tokens", ",".join(map(str, toks)), "--heads", tmp_path / "heads.f32")
+        got = np.fromfile(tmp_path / "heads.f32", dtype="<f4")
+        ref = Needle2(a, "a8").heads(toks)
+        want = np.concatenate([ref[hd.name] for hd in a.heads])
+        assert np.array_equal(got, want)
+    too_many = run(binary, "--tokens", ",".join(["5"] * 33), "--heads", tmp_path / "x.f32", check=False)
+    assert too_many.returncode == 2 and "head_tokens" in too_many.stderr
+
+
+def test_heads_absent_unless_built(engines, tmp_path):
+    proc = run(engines["tiny"], "--tokens", "2,5", "--heads", tmp_path / "h.f32", check=False)
+    assert proc.returncode == 2 and "build with head_tokens=N" in proc.stderr

@@ -4,6 +4,8 @@
  *   needle --tools FILE.json --query TEXT       tool-calling prompt (prompt-and-tokenizer.md §4)
  *          [--system TEXT] [--max-new N]
  *   needle --tokens 2,17,5 [--logits FILE]      teacher-forced; logits as raw LE float32 [T][vocab]
+ *          [--heads FILE]                       ... and every probe head's output (LE float32,
+ *                                               manifest order; engines built with head_tokens=N)
  *   needle --info                               geometry, memory and provenance
  *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
  *
@@ -79,8 +81,40 @@ static void print_info(void)
                needle_state_bytes(), NEEDLE_ARCHIVE_BYTES);
 }
 
+static int write_le_floats(void *out, const float *v, uint32_t n)
+{
+    uint8_t le[256];
+    for (uint32_t i = 0; i < n;) {
+        uint32_t m = 0;
+        for (; i < n && m + 4 <= sizeof le; i++, m += 4) {
+            uint32_t b;
+            memcpy(&b, &v[i], 4);
+            le[m] = (uint8_t)b; le[m + 1] = (uint8_t)(b >> 8); le[m + 2] = (uint8_t)(b >> 16); le[m + 3] = (uint8_t)(b >> 24);
+        }
+        if (hal_write(out, le, m)) return -1;
+    }
+    return 0;
+}
+
+/* Every probe head's output over the tokens fed so far, in manifest order. */
+static int write_heads(const char *path)
+{
+    const uint32_t count = NEEDLE_HEAD_COUNT;
+    if (count == 0) return fail(2, "this engine has no probe heads (build with head_tokens=N)");
+    void *out = hal_create(path);
+    if (!out) return fail(1, "cannot write %s: %s", path, hal_reason());
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t len = 0;
+        const float *v = needle_head(needle_head_code(i), &len);
+        if (!v) { hal_close(out); return fail(2, "%s", needle_error()); }
+        if (write_le_floats(out, v, len)) { hal_close(out); return fail(1, "cannot write %s: %s", path, hal_reason()); }
+    }
+    if (hal_close(out)) return fail(1, "cannot write %s: %s", path, hal_reason());
+    return 0;
+}
+
 /* Teacher-forced run of a comma-separated id list; optionally dump every position's logits. */
-static int run_tokens(const char *list, const char *logits_path)
+static int run_tokens(const char *list, const char *logits_path, const char *heads_path)
 {
     uint32_t n = 0;
     const char *p = list;
@@ -105,14 +139,7 @@ static int run_tokens(const char *list, const char *logits_path)
         const float *lg = needle_step(ids[t]);
         if (!lg) { if (out) hal_close(out); return fail(2, "%s", needle_error()); }
         if (out) {
-            static uint8_t le[NEEDLE_OUT_VOCAB * 4];   /* little-endian on every host */
-            for (uint32_t v = 0; v < NEEDLE_OUT_VOCAB; v++) {
-                uint32_t b;
-                memcpy(&b, &lg[v], 4);
-                le[4 * v] = (uint8_t)b; le[4 * v + 1] = (uint8_t)(b >> 8);
-                le[4 * v + 2] = (uint8_t)(b >> 16); le[4 * v + 3] = (uint8_t)(b >> 24);
-            }
-            if (hal_write(out, le, sizeof le)) {
+            if (write_le_floats(out, lg, NEEDLE_OUT_VOCAB)) {   /* little-endian on every host */
                 hal_close(out);
                 return fail(1, "cannot write %s: %s", logits_path, hal_reason());
             }
@@ -122,7 +149,7 @@ static int run_tokens(const char *list, const char *logits_path)
     }
     if (out && hal_close(out)) return fail(1, "cannot write %s: %s", logits_path, hal_reason());
     if (!out) hal_out("\n", 1);
-    return 0;
+    return heads_path ? write_heads(heads_path) : 0;
 }
 
 /* Encode a prompt, prefill it, and stream the greedy continuation (needle2-model.md §8). */
@@ -160,7 +187,7 @@ static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N] [--ids]\n"
-          "       needle --tokens ID,ID,... [--logits FILE]\n"
+          "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --info | --bench N | --help\n";
     hal_out(text, sizeof text - 1);
 }
@@ -168,13 +195,15 @@ static void usage(void)
 int needle_cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
+    const char *heads = NULL;
     uint32_t max_new = 96, bench = 0;
     int info = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **slot = !strcmp(a, "--prompt") ? &text : !strcmp(a, "--tools") ? &tools
                           : !strcmp(a, "--query") ? &query : !strcmp(a, "--system") ? &system
-                          : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits : NULL;
+                          : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
+                          : !strcmp(a, "--heads") ? &heads : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench")) {
             if (i + 1 >= argc) return fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
@@ -196,7 +225,7 @@ int needle_cli(int argc, char **argv)
     int modes = (text != NULL) + (tools != NULL || query != NULL) + (tokens != NULL) + info + (bench != 0);
     if (modes != 1)
         return fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench (see --help)");
-    if (logits && !tokens) return fail(2, "--logits goes with --tokens");
+    if ((logits || heads) && !tokens) return fail(2, "--logits and --heads go with --tokens");
     if (system && !tools) return fail(2, "--system goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return fail(2, "--ids goes with --prompt or --tools");
 
@@ -207,7 +236,7 @@ int needle_cli(int argc, char **argv)
 #else
     if (bench) return fail(2, "--bench is not available on board %s (see README, Benchmarks)", NEEDLE_BOARD);
 #endif
-    if (tokens) return run_tokens(tokens, logits);
+    if (tokens) return run_tokens(tokens, logits, heads);
     if (tools || query) {
         if (!tools || !query) return fail(2, "--tools and --query go together");
         size_t len = 0;

@@ -45,7 +45,8 @@ def _engine_emitter(target, source, env):
 def _options(env) -> _plan.Options:
     kvw = env.get("NEEDLE_KV_WINDOW") or None
     return _plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None,
-                                   kernels=env.get("NEEDLE_KERNELS") or None)
+                                   kernels=env.get("NEEDLE_KERNELS") or None,
+                                   head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
 
 
 def _engine_action(target, source, env):
@@ -92,7 +93,8 @@ def _check_str(target, source, env):
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
-                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS"]),
+                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",
+                                            "NEEDLE_HEAD_TOKENS"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
