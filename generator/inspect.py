@@ -6,7 +6,7 @@ formats the same facts for people.
 
 from __future__ import annotations
 
-from .format import CENSUS_KINDS, CQ, DTYPE_NAMES, KV_BUDGET_BYTES, census_kind
+from .format import CENSUS_KINDS, CQ, DTYPE_NAMES, census_kind
 from .reader import Archive
 
 SCHEMA_VERSION = 1
@@ -22,34 +22,30 @@ def census(a: Archive) -> dict[str, dict[str, int]]:
 
 
 def kv_ram(a: Archive, window: int | None = None) -> dict[str, int]:
-    """Bytes of KV cache a session needs at the header's kv_window and kv_bits.
-
-    int8 (kv_bits 8): one byte per value plus a 4-byte f32 scale per 32-value group of each
-    head vector.  CQ (2-4): packed indices plus one f16 norm per 64-value group.  Engram
-    value history: per site, 3·dilation + 1 vectors of d f32.
-    """
-    h = a.header
-    if a.generation == 2:
-        hk = hv = h["head_dim"]
-    else:
-        hk, hv = h["qk_head_dim"], h["v_head_dim"]
-    W = h["kv_window"] if window is None else window
-    if W == 0:
-        from .plan import budget_window
-        W = budget_window(h, KV_BUDGET_BYTES, a.generation)
-    G, L = h["num_kv_heads"], h["num_layers"]
-
-    def vec_bytes(width: int) -> int:
-        if h["kv_bits"] == 8:
-            return width + 4 * (-(-width // 32))
-        pad = -(-width // 64) * 64
-        return pad * h["kv_bits"] // 8 + 2 * (pad // 64)
-
-    per_pos = L * G * (vec_bytes(hk) + vec_bytes(hv))
+    """Bytes of KV cache a session needs at the header's kv_window and kv_bits, laid out as
+    the generated engine lays it out (docs/numerics.md §5, §11): int8 with a 4-byte scale per
+    group (Needle 2: 32 values; Needle 3: one head vector) at kv_bits 8, packed CQ indices and
+    an f16 norm per 64 values below; Needle 3 local layers keep only their sliding window.
+    Engram value history: per site, 3·dilation + 1 vectors of d f32."""
+    from .plan import KV_INT8_GROUP, Options, global_layers, kv_vector_bytes, window_for
+    h, gen = a.header, a.generation
+    hq = h["head_dim"] if gen == 2 else h["qk_head_dim"]
+    hv = h["head_dim"] if gen == 2 else h["v_head_dim"]
+    W = window if window is not None else window_for(h, Options(), gen)[0]
+    w_sw = h.get("sliding_window", 0)
+    n_global = len(global_layers(h))
+    n_local = h["num_layers"] - n_global
+    local_w = min(w_sw, W) if w_sw else W
+    kb = h["kv_bits"]
+    kc, kg = kv_vector_bytes(hq, kb, KV_INT8_GROUP if gen == 2 else hq)
+    vc, vg = kv_vector_bytes(hv, kb, KV_INT8_GROUP if gen == 2 else hv)
+    per_vec_pair = kc + vc + (kg + vg) * (4 if kb == 8 else 2)
+    per_pos = h["num_kv_heads"] * per_vec_pair          # one layer, one position
+    kv = per_pos * (n_global * W + n_local * local_w)
     engram = h["num_engram_sites"] * (3 * h["engram_conv_dilation"] + 1) * h["d_model"] * 4
-    return {"window": W, "kv_bits": h["kv_bits"], "bytes_per_position": per_pos,
-            "kv_bytes": per_pos * W, "engram_history_bytes": engram,
-            "total_bytes": per_pos * W + engram}
+    return {"window": W, "local_window": local_w, "kv_bits": kb,
+            "bytes_per_position": per_pos * h["num_layers"], "kv_bytes": kv,
+            "engram_history_bytes": engram, "total_bytes": kv + engram}
 
 
 def summary(a: Archive) -> dict:
