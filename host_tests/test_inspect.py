@@ -121,7 +121,7 @@ def test_json_heads_tokenizer_session_ram(tiny_json):
     assert tiny_json["tokenizer"] == {"pieces": 1024, "bytes": 11290, "add_dummy_prefix": 1,
                                       "byte_fallback": 1}
     ram = tiny_json["session_ram"]
-    assert set(ram) == {"window", "kv_bits", "bytes_per_position", "kv_bytes",
+    assert set(ram) == {"window", "local_window", "kv_bits", "bytes_per_position", "kv_bytes",
                         "engram_history_bytes", "total_bytes"}
     # int8 KV: per layer and KV head, K and V of 16 values + one f32 scale per 32 values
     assert ram["window"] == 64 and ram["kv_bits"] == 8
