@@ -69,6 +69,14 @@ def cmd_golden(args) -> int:
     return 0
 
 
+def cmd_rung(args) -> int:
+    from . import rung
+    data = rung.cut(args.archive, args.layers)
+    write_atomic(args.output, data)
+    print(f"wrote {args.output}: {args.layers}-layer rung, {len(data):,} bytes")
+    return 0
+
+
 def cmd_emit(args) -> int:
     from . import engine, plan
     opts = plan.Options(board=args.board, kv_window=args.kv_window)
@@ -111,6 +119,12 @@ def main(argv=None) -> int:
     s.add_argument("names", nargs="*", help="recipe names (generator/golden.py RECIPES)")
     s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
     s.set_defaults(fn=cmd_golden)
+
+    s = sub.add_parser("rung", help="cut a D-layer rung out of a Needle 3 archive (needle3-model §8)")
+    s.add_argument("archive")
+    s.add_argument("--layers", type=int, required=True, metavar="D", help="layers to keep, 2 <= D < L")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(fn=cmd_rung)
 
     s = sub.add_parser("emit", help="generate the C engine for an archive (SCons does this for you)")
     s.add_argument("archive")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, reader, synth
+from . import __version__, reader, rung, synth
 from .errors import CactError
 from .format import BOS_ID
-from .reference import Needle2
+from .reference import Needle2, Needle3
 from .tokenizer import Tokenizer
 
 REFERENCE_VERSION = 1  # bump when the reference's numerics change on purpose
@@ -49,10 +49,27 @@ RECIPES = {
                                             "attn.gate_proj=1.58,engram0.value_proj=3,default=2")),
 }
 
+# Needle 3 goldens.  Kept apart from RECIPES because the Needle 2 test modules iterate that
+# dict with the Needle 2 reference and engine; ALL_RECIPES is what the CLI and load() know.
+# Each runs the reference with window="deploy" (the header's kv_window on every layer).
+N3_RECIPES = {
+    # 48 positions: past the local window 8 (rings wrap) and the deployment window 32;
+    # 3 conv taps, global layer 1, out_vocab 1000, engram seed stride 3, all three heads
+    "n3-tiny": dict(preset="needle3-tiny", seed=11, synth={}, length=48, max_new=64),
+    # two global layers (3, 5), window 16, deployment window 32, the 8k tokenizer
+    "n3-small": dict(preset="needle3-small", seed=12, synth={}, length=40, max_new=64),
+    # the 3-layer rung (original layers 0, 2, 5) of needle3-small cut by generator.rung
+    "n3-rung": dict(preset="needle3-small", seed=13, synth={}, rung=3, length=40, max_new=64),
+}
+ALL_RECIPES = {**RECIPES, **N3_RECIPES}
+
 
 def build_archive(name: str) -> bytes:
-    r = RECIPES[name]
-    return synth.synthesize(r["preset"], r["seed"], **r["synth"])
+    r = ALL_RECIPES[name]
+    data = synth.synthesize(r["preset"], r["seed"], **r["synth"])
+    if r.get("rung"):
+        data = rung.cut(data, r["rung"])
+    return data
 
 
 def token_sequence(tok: Tokenizer, vocab: int, length: int, seed: int) -> list[int]:
@@ -65,8 +82,10 @@ def token_sequence(tok: Tokenizer, vocab: int, length: int, seed: int) -> list[i
 
 
 def compute(name: str, data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
-    r = RECIPES[name]
+    r = ALL_RECIPES[name]
     a = reader.read(data)
+    if a.generation == 3:
+        return _compute_n3(name, r, a, data)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     seq = token_sequence(tok, a.header["vocab"], r["length"], r["seed"])
     prompt_ids = [BOS_ID] + tok.encode(TOOL_PROMPT)
@@ -96,11 +115,57 @@ def compute(name: str, data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
     return meta, logits
 
 
+def _compute_n3(name: str, r: dict, a, data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
+    """Needle 3: logits over V_out columns, greedy runs and probe-head outputs per mode."""
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    h = a.header
+    seq = token_sequence(tok, h["vocab"], r["length"], r["seed"])
+    prompt_ids = [BOS_ID] + tok.encode(TOOL_PROMPT)
+    logits, greedy, heads = {}, {}, {}
+    for mode in ("a8", "float"):
+        model = Needle3(a, mode)
+        logits[mode] = model.logits(seq)
+        greedy[mode] = model.generate(prompt_ids, r["max_new"])
+        heads[mode] = {k: [float(x) for x in v] for k, v in model.heads(seq).items()}
+    meta = {
+        "name": name,
+        "generation": 3,
+        "archive_sha256": hashlib.sha256(data).hexdigest(),
+        "archive_bytes": len(data),
+        "recipe": r,
+        "generator_version": __version__,
+        "reference_version": REFERENCE_VERSION,
+        "numpy_version": np.__version__,
+        "window": "deploy",
+        "kv_window": h["kv_window"],
+        "deploy_window": model.W_kv,
+        "kv_bits": h["kv_bits"],
+        "vocab": h["vocab"],
+        "out_vocab": h["out_vocab"],
+        "logit_columns": model.V_out,
+        "sliding_window": h["sliding_window"],
+        "global_layers": sorted(model.globals),
+        "qkv_conv_taps": h["qkv_conv_taps"],
+        "tokens": seq,
+        "prompt": TOOL_PROMPT,
+        "prompt_ids": prompt_ids,
+        "greedy": greedy,
+        "greedy_text": {m: tok.decode(ids) for m, ids in greedy.items()},
+        "heads": heads,
+        "regenerate": f"python -m generator golden {name} -o host_tests/golden",
+    }
+    if r.get("rung"):
+        parent = synth.PRESETS[r["preset"]].geometry["num_layers"]
+        meta["rung_of"] = {"preset": r["preset"], "layers": parent,
+                           "kept": rung.kept_layers(parent, r["rung"])}
+    return meta, logits
+
+
 def write(names: list[str], out_dir: str) -> None:
-    unknown = [n for n in names if n not in RECIPES]
+    unknown = [n for n in names if n not in ALL_RECIPES]
     if unknown:
-        raise CactError(f"unknown golden recipe {unknown[0]!r}; choose from {', '.join(RECIPES)}")
-    for name in names or list(RECIPES):
+        raise CactError(f"unknown golden recipe {unknown[0]!r}; choose from {', '.join(ALL_RECIPES)}")
+    for name in names or list(ALL_RECIPES):
         data = build_archive(name)
         meta, logits = compute(name, data)
         d = Path(out_dir) / name
@@ -117,6 +182,6 @@ def load(directory: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """Read one golden directory back: (meta, {mode: logits [T, V]})."""
     d = Path(directory)
     meta = json.loads((d / "meta.json").read_text())
-    T, V = len(meta["tokens"]), meta["vocab"]
+    T, V = len(meta["tokens"]), meta.get("logit_columns", meta["vocab"])
     logits = {m: np.fromfile(d / f"logits_{m}.f32", dtype="<f4").reshape(T, V) for m in ("a8", "float")}
     return meta, logits

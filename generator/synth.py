@@ -33,6 +33,52 @@ class Preset:
     note: str = ""
 
 
+# ---- kv budget ---------------------------------------------------------------------
+
+def budget_window_n2(h: dict) -> int:
+    """deployment-numerics.md §2.3 for Needle 2: the window the 12 MB KV budget allows."""
+    K = h["num_kv_heads"] * h["head_dim"]
+    d, G = h["d_model"], KV_BUDGET_GROUP
+    per_pos = h["num_layers"] * (2 * K + 2 * (K // G) * 4) + h["num_engram_sites"] * (d + (d // G) * 4)
+    return max(KV_WINDOW_MIN, min((KV_BUDGET_BYTES // per_pos) // G * G, h["max_seq_len"]))
+
+
+def global_layers(h: dict) -> list[int]:
+    """Needle 3 global (full-attention) layers from the header bitmask."""
+    mask = (h["global_mask_hi"] << 32) | h["global_mask_lo"]
+    return [i for i in range(h["num_layers"]) if mask >> i & 1]
+
+
+def budget_window_n3(h: dict) -> int:
+    """deployment-numerics.md §2.3 for Needle 3 (local layers and engram sites reserve the
+    sliding band, the global layers share the rest).  Python floor division throughout, so a
+    negative remainder floors to a negative ctx and the result is the minimum window."""
+    G, d, KVG = h["num_kv_heads"], h["d_model"], KV_BUDGET_GROUP
+    Kq, Kv = G * h["qk_head_dim"], G * h["v_head_dim"]
+    per_layer = Kq + Kv + (Kq // KVG + Kv // KVG) * 4
+    per_site = d + (d // KVG) * 4
+    L, S, msl = h["num_layers"], h["num_engram_sites"], h["max_seq_len"]
+    n_g = len(global_layers(h))
+    W_sw = h["sliding_window"]
+    if W_sw > 0:
+        local = min(W_sw, msl)
+        fixed = ((L - n_g) * per_layer + S * per_site) * local
+        if n_g == 0:
+            return msl if fixed <= KV_BUDGET_BYTES else max(KV_WINDOW_MIN, local)
+        ctx = ((KV_BUDGET_BYTES - fixed) // (n_g * per_layer)) // KVG * KVG
+        return max(KV_WINDOW_MIN, min(ctx, msl))
+    per_pos = L * per_layer + S * per_site
+    return max(KV_WINDOW_MIN, min((KV_BUDGET_BYTES // per_pos) // KVG * KVG, msl))
+
+
+def effective_kv_window(h: dict, configured: int) -> int:
+    """What `needle build` stores (deployment-numerics.md §2.2): the budget window, capped by
+    the configured (trained) window when one is set.  Also capped by max_seq_len: the budget
+    formula's floor WMIN = 160 can exceed a tiny model's context, which rule G5 forbids."""
+    budget = budget_window_n2(h) if "head_dim" in h else budget_window_n3(h)
+    return min(budget if configured <= 0 else min(budget, configured), h["max_seq_len"])
+
+
 def _n2(vocab, d, H, G, h, L, max_seq, n, slots, sub, tables, orders, sites, kv_window,
         kv_bits=8, theta=100000.0):
     return dict(kv_window=kv_window, kv_bits=kv_bits, vocab=vocab, d_model=d, num_heads=H,
@@ -47,6 +93,27 @@ def _n2(vocab, d, H, G, h, L, max_seq, n, slots, sub, tables, orders, sites, kv_
                 rope_theta=theta)
 
 
+def _n3(vocab, out_vocab, d, H, G, hq, hv, L, max_seq, n, sliding, globals_, taps, slots, sub,
+        tables, orders, sites, kv_window, seed_heads=0, kv_bits=8, theta=100000.0):
+    """A Needle 3 header (cact-format.md §3).  `kv_window` is the configured (trained) window;
+    the stored value is min(budget window, configured) as `needle build` writes it."""
+    mask = sum(1 << g for g in globals_)
+    hdr = dict(kv_window=0, kv_bits=kv_bits, vocab=vocab, out_vocab=out_vocab, d_model=d,
+               num_heads=H, num_kv_heads=G, num_layers=L, qk_head_dim=hq, v_head_dim=hv,
+               max_seq_len=max_seq, hada_n=1 << (d - 1).bit_length(), mhc_lanes=n,
+               sliding_window=sliding, global_mask_lo=mask & 0xFFFFFFFF, global_mask_hi=mask >> 32,
+               qkv_conv_taps=taps, engram_slots=slots, engram_sub_dim=sub,
+               num_engram_tables=tables, engram_conv_taps=4,
+               engram_conv_dilation=max(orders) if orders else 0, engram_seed_heads=seed_heads,
+               num_engram_orders=len(orders),
+               **{f"engram_order{i}": (orders[i] if i < len(orders) else 0) for i in range(4)},
+               num_engram_sites=len(sites),
+               **{f"engram_site{i}": (sites[i] if i < len(sites) else 0) for i in range(16)},
+               rope_theta=theta)
+    hdr["kv_window"] = effective_kv_window(hdr, kv_window)
+    return hdr
+
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(2, _n2(1024, 64, 4, 2, 16, 2, 256, 4, 64, 16, 4, (2, 3), (0, 1), 64),
                    "tok1k.model", {1: (4, 32), 2: (8, 1)},
@@ -58,6 +125,21 @@ PRESETS: dict[str, Preset] = {
                                   (2, 15), 256),
                            "tok8k.model", {1: (4, 128), 2: (8, 1)},
                            note="the published Needle 2 geometry (405 tensors)"),
+    # Needle 3: heads are code -> (probes per row k, queries q, outputs)
+    "needle3-tiny": Preset(3, _n3(1024, 1000, 64, 4, 2, 16, 32, 3, 256, 4, 8, (1,), 3, 64, 16, 4,
+                                  (2, 3), (0, 2), 32, seed_heads=3),
+                           "tok1k.model", {1: (4, 4, 32), 2: (4, 4, 1), 3: (4, 4, 3)},
+                           note="3 layers, d 64, h_q 16 / h_v 32, 3 conv taps, window 8 with "
+                                "global layer 1, out_vocab 1000, seed stride 3, all three heads"),
+    "needle3-small": Preset(3, _n3(8192, 0, 96, 4, 2, 16, 24, 6, 512, 4, 16, (3, 5), 3, 512, 24,
+                                   4, (2, 3), (2, 4), 32),
+                            "tok8k.model", {1: (4, 4, 128), 2: (4, 4, 1), 3: (4, 4, 3)},
+                            note="6 layers, d 96 (hada_n 128 = 8 x 16), window 16, globals 3 "
+                                 "and 5, kv_window 32, the 8k tokenizer"),
+    "needle3-base": Preset(3, _n3(8192, 0, 768, 12, 2, 48, 64, 20, 8192, 4, 1024, (4, 9, 14, 19),
+                                  3, 18432, 128, 6, (2, 3), (3, 7, 11, 15, 19), 256),
+                           "tok8k.model", {2: (4, 4, 1)},
+                           note="the published Needle 3 geometry (581 tensors, ~35.3 MB)"),
 }
 
 
@@ -91,16 +173,6 @@ def bits_for(role: str, bitmap: dict[str, int]) -> int:
     return bitmap[best if best else "default"]
 
 
-# ---- kv budget ---------------------------------------------------------------------
-
-def budget_window_n2(h: dict) -> int:
-    """deployment-numerics.md §2.3 for Needle 2: the window the 12 MB KV budget allows."""
-    K = h["num_kv_heads"] * h["head_dim"]
-    d, G = h["d_model"], KV_BUDGET_GROUP
-    per_pos = h["num_layers"] * (2 * K + 2 * (K // G) * 4) + h["num_engram_sites"] * (d + (d // G) * 4)
-    return max(KV_WINDOW_MIN, min((KV_BUDGET_BYTES // per_pos) // G * G, h["max_seq_len"]))
-
-
 # ---- weights that look trained -----------------------------------------------------
 
 class _Draw:
@@ -123,8 +195,8 @@ class _Draw:
 
 def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
     """Every model tensor through final_norm; `width_of(role)` gives each CQ width code."""
-    if gen != 2:
-        raise CactError("synthesising Needle 3 archives is not implemented yet")
+    if gen == 3:
+        return draw_core_n3(hdr, width_of, codebook, seed)
     rnd = _Draw(seed)
     dm = R.dims(2, hdr)
     d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
@@ -173,6 +245,104 @@ def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
     return out
 
 
+def _walsh(b: int, rnd: _Draw, noise: float = 0.2) -> np.ndarray:
+    """A normalised Walsh matrix of order b plus noise: a trained Monarch factor."""
+    return quant.hadamard(b).astype(np.float64) + rnd.normal((b, b), noise / math.sqrt(b))
+
+
+def draw_core_n3(hdr: dict, width_of, codebook, seed: int) -> list:
+    """Every Needle 3 model tensor through final_norm (cact-format.md §9)."""
+    rnd = _Draw(seed)
+    dm = R.dims(3, hdr)
+    d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
+    out = []
+    for role in R.core_roles(3, hdr):
+        name = role.name.split(".")[-1]
+        shape = role.shape
+        if role.dtype == CQ:
+            if role.name == "embedding":
+                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.1))
+            elif name == "tables":
+                w = rnd.normal(shape, 1.0)
+            elif name.startswith("phi_"):
+                w = rnd.matrix(*shape, gain=2.0)
+            else:
+                w = rnd.matrix(*shape)
+            out.append(writer.cq(role.name, w, width_of(role.name), codebook))
+            continue
+        if role.dtype == FP32:  # hada_p1 / hada_p2: the package's fixed permutations
+            rs = 11 if name == "hada_p1" else 13
+            out.append(writer.fp32(role.name, np.random.RandomState(rs).permutation(N).astype(np.float32)))
+            continue
+        if name == "final_norm":
+            v = rnd.zc_scale(shape[0]) + 1.0
+        elif name in ("q_norm", "k_norm"):
+            v = rnd.zc_scale(shape[0], 0.3) + 1.0
+        elif name in ("norm_in", "post_norm", "pre_hada"):
+            v = rnd.zc_scale(shape[0])
+        elif name == "attn_gate":
+            v = rnd.normal(1, 0.5, 1.5)
+        elif name in ("q_taps", "k_taps", "v_taps"):  # near the identity [1, 0, 0]
+            v = rnd.normal(shape, 0.2)
+            v[0] += 1.0
+        elif name in ("d1", "d3"):
+            v = rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
+        elif name == "d2":
+            v = rnd.normal(N, 0.3, 1.5)
+        elif name == "b2":
+            v = rnd.normal(N, 0.3)
+        elif name == "d4":
+            v = rnd.normal(N, 0.8, 3.0)
+        elif name in ("w1a", "w1b", "w2a", "w2b", "w3a", "w3b"):
+            v = _walsh(shape[0], rnd)
+        elif name == "cond_v":
+            v = rnd.normal(shape, 2.0 / math.sqrt(d))
+        elif name == "cond_u":
+            v = rnd.normal(shape, 0.3)
+        elif name in ("a_pre", "a_post", "a_res"):
+            v = rnd.normal(L, 0.1, 0.6)
+        elif name == "b_pre":
+            v = rnd.normal((L, n), 0.5)
+        elif name == "b_post":
+            v = rnd.normal((L, n), 0.5, 2.5)
+        elif name == "b_res":
+            v = rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
+        elif name == "taps":
+            v = rnd.normal((4, d), 0.3) + np.array([[1.0], [0.4], [0.2], [0.1]])
+        else:  # pragma: no cover - every Needle 3 FP16 role is listed above
+            raise AssertionError(role.name)
+        out.append(writer.fp16(role.name, np.asarray(v).reshape(shape)))
+    return out
+
+
+HEAD_BITS_N3 = 4  # cact-format.md §12.2: the head matrices are CQ4 in every writer
+
+
+def draw_heads_n3(hdr: dict, heads: dict, seed: int, codebook, width_of=None) -> list:
+    """Needle 3 probe heads (cact-format.md §10.2): code -> (k probes per row, q queries, out)."""
+    if not heads:
+        return []
+    rnd = _Draw(seed + 7919)
+    d, L = hdr["d_model"], hdr["num_layers"]
+    codes = sorted(heads)
+    out = [writer.fp16("heads.manifest", np.array(codes, dtype=np.float32))]
+    for code in codes:
+        k, q, o = heads[code]
+        name = f"head.{R.N3_HEAD_NAMES[code]}"
+        bits = (lambda role: HEAD_BITS_N3) if width_of is None else width_of
+        out.append(writer.cq(f"{name}.probes", rnd.normal(((L + 1) * k, d), 1.0),
+                             bits(f"{name}.probes"), codebook))
+        out.append(writer.fp16(f"{name}.gain", rnd.normal((L + 1, k), 0.2, 1.0)))
+        out.append(writer.cq(f"{name}.query", rnd.normal((q, d), 1.0), bits(f"{name}.query"), codebook))
+        out.append(writer.fp16(f"{name}.row_bias", rnd.normal((q, L + 1, k), 0.5)))
+        out.append(writer.cq(f"{name}.proj", rnd.matrix(o, q * d), bits(f"{name}.proj"), codebook))
+        bias = np.zeros(o) if code == 1 else rnd.normal(o, 0.5)
+        out.append(writer.fp16(f"{name}.bias", bias))
+        if code == 3:
+            out.append(writer.fp16(f"{name}.calibration", [0.90, 0.00, 0.60]))
+    return out
+
+
 def draw_heads_n2(hdr: dict, heads: dict, seed: int) -> list:
     if not heads:
         return []
@@ -218,7 +388,9 @@ def synthesize(preset: str, seed: int = 0, *, bitmap: str | None = None,
     bm = parse_bitmap(bitmap or p.bitmap)
     codebook = quant.default_codebook()
     tensors = draw_core(p.generation, hdr, lambda role: bits_for(role, bm), codebook, seed)
-    if heads:
+    if heads and p.generation == 3:
+        tensors += draw_heads_n3(hdr, p.heads, seed, codebook)
+    elif heads:
         tensors += draw_heads_n2(hdr, p.heads, seed)
     tensors.append(writer.raw("tokenizer", tokenizer_blob(p.tokenizer_model)))
     return writer.write(p.generation, hdr, codebook, tensors)
@@ -228,11 +400,11 @@ def synthesize_like(archive, seed: int = 0) -> bytes:
     """New weights for an existing archive: same geometry, per-tensor widths, heads, tokenizer."""
     from . import reader
     a = archive if isinstance(archive, reader.Archive) else reader.read(archive)
-    if a.generation != 2:
-        raise CactError("--like supports Needle 2 archives only for now")
     hdr = {k: v for k, v in a.header.items() if k not in ("tag", "num_tensors", "codebook_len")}
     widths = {r.role: r.bits for r in a.records if r.dtype == CQ}
     codebook = a.codebook
+    if a.generation == 3:
+        return _synthesize_like_n3(a, hdr, widths, codebook, seed)
     tensors = draw_core(2, hdr, widths.__getitem__, codebook, seed)
     heads = {}
     for hd in a.heads:
@@ -244,5 +416,21 @@ def synthesize_like(archive, seed: int = 0) -> bytes:
     return writer.write(2, hdr, codebook, tensors)
 
 
+def _synthesize_like_n3(a, hdr: dict, widths: dict, codebook, seed: int) -> bytes:
+    tensors = draw_core(3, hdr, widths.__getitem__, codebook, seed)
+    L = hdr["num_layers"]
+    heads = {}
+    for hd in a.heads:
+        pre = f"head.{hd.name}."
+        probes = a.record(pre + "probes")
+        k = probes.shape[0] // (L + 1) if probes.dtype == CQ else probes.shape[1]
+        heads[hd.code] = (k, a.record(pre + "query").shape[0], a.record(pre + "proj").shape[0])
+    tensors += draw_heads_n3(hdr, heads, seed, codebook,
+                             lambda role: widths.get(role, HEAD_BITS_N3))
+    tensors.append(writer.raw("tokenizer", a.tokenizer_blob()))
+    return writer.write(3, hdr, codebook, tensors)
+
+
 __all__ = ["PRESETS", "synthesize", "synthesize_like", "parse_bitmap", "bits_for",
-           "budget_window_n2", "DEFAULT_BITMAP", "HEADER_FIELDS", "FP32"]
+           "budget_window_n2", "budget_window_n3", "effective_kv_window", "global_layers",
+           "DEFAULT_BITMAP", "HEADER_FIELDS", "FP32"]

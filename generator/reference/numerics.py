@@ -252,3 +252,30 @@ def kv_cq(x: np.ndarray, bits: int, codebook: np.ndarray) -> np.ndarray:
     idx = (unit[..., None] > mids).sum(axis=-1)
     u = lv[idx] * nu16[..., None]
     return (quant.fwht(u) * k8).reshape(x.shape[:-1] + (hp,))[..., :h]
+
+
+# ---- Needle 3 additions (docs/numerics.md §11) ----------------------------------------
+
+def int8_roundtrip(x: np.ndarray) -> np.ndarray:
+    """One int8 group per vector along the last axis (quantize_int8), read back as
+    f32(f32(code) · scale): Needle 3's per-head int8 queries, keys and values."""
+    q, scale = quantize_int8(x)
+    return q.astype(F32) * scale[..., None]
+
+
+def kron_mix(z: np.ndarray, aa: np.ndarray, bb: np.ndarray) -> np.ndarray:
+    """Kron(z; Aa, Bb) = Aaᵀ · Z · Bb on the row-major [b_a, b_b] reshape of the last axis.
+
+    T[k][j] = Σ_i f32(Aa[i][k]·Z[i][j]) ascending i, then Y[k][m] = Σ_j f32(T[k][j]·Bb[j][m])
+    ascending j (deployment-numerics.md §1), vectorised over every other index.
+    """
+    ba, bbn = aa.shape[0], bb.shape[0]
+    lead = z.shape[:-1]
+    Z = f32(z).reshape(lead + (ba, bbn))
+    t = np.zeros(lead + (ba, bbn), dtype=F32)
+    for i in range(ba):
+        t = t + aa[i][:, None] * Z[..., i, None, :]
+    y = np.zeros(lead + (ba, bbn), dtype=F32)
+    for j in range(bbn):
+        y = y + t[..., :, j, None] * bb[j][None, :]
+    return y.reshape(lead + (ba * bbn,))
