@@ -17,7 +17,8 @@ from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
-NAMES = sorted(golden.RECIPES)
+NAMES = sorted(golden.RECIPES)            # Needle 2 goldens
+N3_NAMES = sorted(golden.N3_RECIPES)       # Needle 3 goldens
 TOL = 1e-3   # issue bar: per position max |Δlogit| <= TOL * max |logit|
 
 
@@ -79,6 +80,18 @@ def test_engine_is_bit_exact_on_the_host(engines, name, tmp_path):
     meta, logits = golden.load(GOLDEN / name)
     got = teacher_forced(engines[name], meta["tokens"], tmp_path / "l.f32")
     assert np.array_equal(got, logits["a8"])
+
+
+@pytest.mark.parametrize("name", N3_NAMES)
+def test_needle3_engine_matches_golden(name, tmp_path):
+    """The same templates generate the Needle 3 engine (conv taps, local/global rings, Monarch
+    MLP, out_vocab, per-head int8): bit-identical to the Needle 3 reference."""
+    binary = build(GOLDEN / name / "archive.cact", tmp_path / name)
+    check_against_golden(binary, name, tmp_path)
+    meta, logits = golden.load(GOLDEN / name)
+    got = teacher_forced(binary, meta["tokens"], tmp_path / "l.f32")
+    assert np.array_equal(got, logits["a8"])
+    assert "Needle 3" in run(binary, "--info").stdout
 
 
 def test_clang_build_matches_golden(tmp_path):
