@@ -142,17 +142,25 @@ def _heads_plan(a: Archive, opts: Options) -> tuple[list[dict], int]:
     """Probe heads the engine computes (needle2-model.md §9), when head_tokens > 0."""
     if not opts.head_tokens or not a.heads:
         return [], 0
-    if a.generation != 2:
-        raise CactError("head_tokens: probe heads are implemented in the C engine for Needle 2 only")
     if opts.head_tokens > a.header["max_seq_len"]:
         raise CactError(f"head_tokens={opts.head_tokens} exceeds max_seq_len {a.header['max_seq_len']}")
     out = []
     for hd in a.heads:
         recs = {part: a.records[i] for part, i in hd.tensors.items()}
-        out.append({"code": hd.code, "name": hd.name, "probes": recs["probes"].offset,
-                    "proj": recs["proj"].offset, "bias": recs["bias"].offset,
-                    "P": recs["probes"].shape[0], "out": recs["proj"].shape[0],
-                    "normalise": hd.code == 1})
+        entry = {"code": hd.code, "name": hd.name, "bias": recs["bias"].offset,
+                 "out": recs["proj"].shape[0], "normalise": hd.code == 1}
+        if a.generation == 2:       # FP16 probes [P, d], proj [out, P·d]
+            entry.update(probes=recs["probes"].offset, proj=recs["proj"].offset, P=recs["probes"].shape[0])
+        else:                       # CQ probes [(L+1)·k, d], query [q, d], proj [out, q·d]
+            if recs["probes"].dtype != CQ:
+                raise CactError("head_tokens: the older all-FP16 Needle 3 head layout is not supported "
+                                "by the C engine")
+            k = recs["gain"].shape[1]
+            entry.update(probes=_cq_plan(a, recs["probes"].role), query=_cq_plan(a, recs["query"].role),
+                         proj=_cq_plan(a, recs["proj"].role), gain=recs["gain"].offset,
+                         row_bias=recs["row_bias"].offset, k=k, q=recs["query"].shape[0],
+                         P=recs["query"].shape[0])
+        out.append(entry)
     return out, opts.head_tokens
 
 
@@ -279,6 +287,9 @@ def plan(a: Archive, opts: Options | None = None) -> dict:
         "tokenizer_offset": tok.offset, "tokenizer_bytes": tok.nbytes,
         "kv_bytes": kv_bytes,
     }
+    # multiply-accumulates of every A8 GEMV of one decode step (whole 128-groups, as computed)
+    ctx["macs_per_token"] = v_out * embedding["in_pad"] + sum(
+        c["rows"] * c["in_pad"] for c in all_cq if c is not embedding and not c["role"].endswith(".tables"))
     ctx["heads"], ctx["head_tokens"] = _heads_plan(a, opts)
     if gen == 3:
         ba = 1 << ((N.bit_length() - 1) // 2)

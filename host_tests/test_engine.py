@@ -328,6 +328,23 @@ def test_probe_heads_match_the_reference(tmp_path):
     assert too_many.returncode == 2 and "head_tokens" in too_many.stderr
 
 
+@pytest.mark.parametrize("name", ["n3-tiny", "n3-small"])
+def test_needle3_probe_heads_match_the_reference(name, tmp_path):
+    """Embedding, confidence and router heads (H1-H7) of the Needle 3 engine, pads excluded."""
+    from generator import reader
+    from generator.reference import Needle3
+    archive = GOLDEN / name / "archive.cact"
+    binary = build(archive, tmp_path / "h", "head_tokens=24")
+    a = reader.read(archive)
+    assert [hd.name for hd in a.heads] == ["embedding", "confidence", "router"]
+    meta, _ = golden.load(GOLDEN / name)
+    toks = meta["tokens"][:12] + [0] + meta["tokens"][12:20]
+    run(binary, "--tokens", ",".join(map(str, toks)), "--heads", tmp_path / "heads.f32")
+    got = np.fromfile(tmp_path / "heads.f32", dtype="<f4")
+    ref = Needle3(a, "a8").heads(toks)
+    assert np.array_equal(got, np.concatenate([ref[hd.name] for hd in a.heads]))
+
+
 def test_heads_absent_unless_built(engines, tmp_path):
     proc = run(engines["tiny"], "--tokens", "2,5", "--heads", tmp_path / "h.f32", check=False)
     assert proc.returncode == 2 and "build with head_tokens=N" in proc.stderr
