@@ -15,7 +15,7 @@ import numpy as np
 
 from . import __version__, quant, roles as R
 from .errors import CactError
-from .format import CODEBOOK_LEN, CQ, HEADER_BYTES, RECORD_BYTES, TERNARY, codebook_block, \
+from .format import CODEBOOK_LEN, CQ, HEADER_BYTES, RECORD_BYTES, TERNARY, \
     cq_geometry, KV_BUDGET_BYTES, KV_BUDGET_GROUP, KV_WINDOW_MIN
 from .reader import Archive
 from .reference import numerics as nm

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .format import CQ, FP16, FP32, RAW
+from .format import CQ, FP16, FP32
 
 N2_LAYER = (
     ("norm_in", FP16, "d"), ("q_proj", CQ, "A,d"), ("k_proj", CQ, "K,d"), ("v_proj", CQ, "K,d"),

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import quant, roles as R, tokenizer, writer
 from .errors import CactError
-from .format import CQ, FP16, FP32, HEADER_FIELDS, KV_BUDGET_BYTES, KV_BUDGET_GROUP, \
+from .format import CQ, FP32, HEADER_FIELDS, KV_BUDGET_BYTES, KV_BUDGET_GROUP, \
     KV_WINDOW_MIN, TERNARY
 
 DATA = Path(__file__).resolve().parent / "data"

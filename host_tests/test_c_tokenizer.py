@@ -24,7 +24,6 @@ import random
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

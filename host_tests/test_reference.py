@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import golden, reader, synth, writer
+from generator import golden, reader, writer
 from generator.errors import CactError
-from generator.format import CQ, FP16
+from generator.format import FP16
 from generator.reference import Needle2
 from generator.reference import numerics as nm
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import roles as R
+from .. import quant, roles as R
 from ..errors import CactError
-from ..format import BOS_ID, CQ, EOS_ID
+from ..format import BOS_ID, EOS_ID
 from . import numerics as nm
 from .numerics import F32, f32
 
@@ -94,12 +94,16 @@ class Needle2:
         self.orders = R.orders(h)
         self.sqrt_d = nm.sqrt_f32(self.d)
         self.sqrt_h = nm.sqrt_f32(self.hd)
+        self.Eh = h["num_engram_tables"] // len(self.orders) if self.orders else 0
+        self.seed_stride = self.Eh           # Needle 3 may widen it (engram_seed_heads)
         self._lin: dict[str, _Linear] = {}
-        self._emb_rows = None
+        self._vec: dict[str, np.ndarray] = {}
 
     # ---- weights ------------------------------------------------------------------
     def vec(self, role: str) -> np.ndarray:
-        return self.a.array(role)
+        if role not in self._vec:
+            self._vec[role] = self.a.array(role)
+        return self._vec[role]
 
     def lin(self, role: str) -> _Linear:
         if role not in self._lin:
@@ -119,22 +123,19 @@ class Needle2:
     def gather(self, role: str, rows: np.ndarray) -> np.ndarray:
         """Dequantised rows of a CQ table (butterfly form, docs/numerics.md)."""
         t = self.a.cq(role)
-        from .. import quant
         idx = quant.unpack(t.packed()[rows], t.bits, t.in_pad)
-        norms = t.norms()[rows]
-        return quant.dequantize_fwht(idx, norms, t.bits, self.a.codebook, t.inp, t.group)
+        return quant.dequantize_fwht(idx, t.norms()[rows], t.bits, self.a.codebook, t.inp, t.group)
 
     # ---- engram -------------------------------------------------------------------
     def engram_slots(self, tokens: list[int], t: int) -> list[tuple[int, bool]]:
-        """(slot, valid) for every table τ at position t (needle2-model.md §4 step 2a/2b)."""
-        O = len(self.orders)
-        Eh = self.hdr["num_engram_tables"] // O
+        """(slot, valid) of every table τ = i·E_h + η at position t (needle2-model.md §4
+        step 2a/2b); the hash seed uses stride `seed_stride` (E_h, or Needle 3's Σ)."""
         M = self.hdr["engram_slots"]
         out = []
         for i, o in enumerate(self.orders):
             valid = t - (o - 1) >= 0
-            for eta in range(Eh):
-                acc = (HASH_SEED * (i * Eh + eta + 1)) & MASK32
+            for eta in range(self.Eh):
+                acc = (HASH_SEED * (i * self.seed_stride + eta + 1)) & MASK32
                 for j in range(o):
                     tok = tokens[t - j] if t - j >= 0 else 0
                     acc = ((acc ^ tok) * HASH_PRIME) & MASK32
@@ -337,7 +338,7 @@ class Needle2:
 
     # ---- conveniences -------------------------------------------------------------
     def logits(self, tokens) -> np.ndarray:
-        """Teacher-forced logits of a whole sequence from an empty state: [T, V] f32."""
+        """Teacher-forced logits of a whole sequence from an empty state: [T, V_out] f32."""
         return self.forward(self.new_state(), tokens)
 
     def generate(self, prompt_ids, max_new: int, stop_at_eos: bool = True) -> list[int]:

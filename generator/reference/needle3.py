@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import quant, roles as R
+from .. import roles as R
 from ..errors import CactError
 from ..format import CQ, EOS_ID
 from ..synth import budget_window_n3, global_layers
 from . import numerics as nm
-from .needle2 import HASH_PRIME, HASH_SEED, MASK32, MODES, _Linear
-from .numerics import F32, f32
+from .needle2 import MODES, Needle2, _Linear
+from .numerics import F32
 
 WINDOWS = ("deploy", "package")
 
@@ -60,8 +60,12 @@ class State3:
         return len(self.tokens)
 
 
-class Needle3:
-    """The Needle 3 reference bound to one archive, numerics mode, window and layer set."""
+class Needle3(Needle2):
+    """The Needle 3 reference bound to one archive, numerics mode, window and layer set.
+
+    Shares with Needle2 everything the generations share (weights, A8 products, row gathers,
+    the engram, embedding, lane mean); overrides the block, attention, the MLP, the forward
+    pass (rungs in place), generation and the heads."""
 
     def __init__(self, archive, mode: str = "a8", window="deploy", n_sinks: int = 0,
                  active_layers=None, skip=None):
@@ -115,38 +119,12 @@ class Needle3:
         self.p2 = self.vec("hada_p2").astype(np.int64)
 
     # ---- weights ------------------------------------------------------------------
-    def vec(self, role: str) -> np.ndarray:
-        if role not in self._vec:
-            self._vec[role] = self.a.array(role)
-        return self._vec[role]
-
-    def lin(self, role: str) -> _Linear:
-        if role not in self._lin:
-            self._lin[role] = _Linear(self.a.cq(role), self.mode)
-        return self._lin[role]
-
     def head_lin(self) -> _Linear:
         """The tied output head: the first V_out embedding rows."""
         if "__head__" not in self._lin:
             emb = self.lin("embedding")
             self._lin["__head__"] = emb if self.V_out == self.V else emb.rows(slice(0, self.V_out))
         return self._lin["__head__"]
-
-    def matvec(self, lin: _Linear, x: np.ndarray, act=None) -> np.ndarray:
-        """W x for a CQ matrix; `act` reuses an already rotated/quantised input (a8)."""
-        if self.mode == "float":
-            return (f32(x) @ lin.w.T).astype(F32)
-        q, gs = act if act is not None else nm.a8_activation(x, lin.in_pad)
-        return nm.a8_gemv(q, gs, lin.lvl, lin.norms, lin.s_c)
-
-    def activation(self, x: np.ndarray, lin: _Linear):
-        return None if self.mode == "float" else nm.a8_activation(x, lin.in_pad)
-
-    def gather(self, role: str, rows: np.ndarray) -> np.ndarray:
-        """Dequantised rows of a CQ tensor (butterfly form, docs/numerics.md §4.3)."""
-        t = self.a.cq(role)
-        idx = quant.unpack(t.packed()[rows], t.bits, t.in_pad)
-        return quant.dequantize_fwht(idx, t.norms()[rows], t.bits, self.a.codebook, t.inp, t.group)
 
     # ---- visibility ---------------------------------------------------------------
     def is_local(self, l: int) -> bool:
@@ -163,53 +141,6 @@ class Needle3:
         return ok
 
     # ---- engram -------------------------------------------------------------------
-    def engram_slots(self, tokens: list[int], t: int) -> list[tuple[int, bool]]:
-        """(slot, valid) of every table τ = i·E_h + η at position t, seeds with stride Σ."""
-        M = self.hdr["engram_slots"]
-        out = []
-        for i, o in enumerate(self.orders):
-            valid = t - (o - 1) >= 0
-            for eta in range(self.Eh):
-                acc = (HASH_SEED * (i * self.seed_stride + eta + 1)) & MASK32
-                for j in range(o):
-                    tok = tokens[t - j] if t - j >= 0 else 0
-                    acc = ((acc ^ tok) * HASH_PRIME) & MASK32
-                acc ^= acc >> 15
-                out.append((acc % M, valid))
-        return out
-
-    def engram_kv(self, sigma: int, tokens: list[int], positions: range):
-        """Key and pre-conv value of site σ at each position: ([T, d], [T, d])."""
-        s = self.hdr["engram_sub_dim"]
-        T_e = self.hdr["num_engram_tables"]
-        M = self.hdr["engram_slots"]
-        feats = np.zeros((len(positions), T_e * s), dtype=F32)
-        for row, t in enumerate(positions):
-            slots = self.engram_slots(tokens, t)
-            idx = np.array([tau * M + slot for tau, (slot, _) in enumerate(slots)])
-            vals = self.gather(f"engram{sigma}.tables", idx)
-            for tau, (_, valid) in enumerate(slots):
-                if valid:
-                    feats[row, tau * s:(tau + 1) * s] = vals[tau]
-        key_l, val_l = self.lin(f"engram{sigma}.key_proj"), self.lin(f"engram{sigma}.value_proj")
-        act = self.activation(feats, key_l)
-        return self.matvec(key_l, feats, act), self.matvec(val_l, feats, act)
-
-    def engram_conv(self, sigma: int, state: State3, start: int, T: int) -> np.ndarray:
-        """v'(t) = Σ_j c[j] ⊙ v(t − jδ), j = 0..3 in order, terms before position 0 skipped."""
-        taps = self.vec(f"engram{sigma}.taps")
-        delta = self.hdr["engram_conv_dilation"]
-        hist = state.engram_v[sigma]
-        out = np.zeros((T, self.d), dtype=F32)
-        for row in range(T):
-            t = start + row
-            acc = np.zeros(self.d, dtype=F32)
-            for j in range(4):
-                if t - j * delta >= 0:
-                    acc = acc + taps[j] * hist[t - j * delta]
-            out[row] = acc
-        return out
-
     # ---- attention ----------------------------------------------------------------
     def q_code(self, q: np.ndarray) -> np.ndarray:
         """Queries after RoPE: per-head int8 round trip (one group of h_q values)."""
@@ -327,17 +258,6 @@ class Needle3:
         s.engram_v = [np.zeros((0, self.d), F32) for _ in self.sites]
         return s
 
-    def embed(self, tokens) -> np.ndarray:
-        return self.gather("embedding", np.asarray(tokens)) * self.sqrt_d
-
-    def check_tokens(self, state: State3, tokens) -> None:
-        for tok in tokens:
-            if not 0 <= int(tok) < self.V:
-                raise CactError(f"token id {tok} is outside the vocabulary [0, {self.V})")
-        if state.pos + len(tokens) > self.hdr["max_seq_len"]:
-            raise CactError(f"sequence of {state.pos + len(tokens)} tokens exceeds max_seq_len "
-                            f"{self.hdr['max_seq_len']}")
-
     def forward(self, state: State3, tokens) -> np.ndarray:
         """Feed tokens at the next positions; return their logits [T, V_out]."""
         tokens = [int(t) for t in tokens]
@@ -396,17 +316,7 @@ class Needle3:
         z = nm.zc_rmsnorm(self.lane_mean(X), self.vec("final_norm"))   # step 5
         return self.matvec(self.head_lin(), z)
 
-    def lane_mean(self, X: np.ndarray) -> np.ndarray:
-        acc = np.zeros((X.shape[0], self.d), dtype=F32)
-        for i in range(self.n):
-            acc = acc + X[:, i]
-        return acc / F32(self.n)
-
     # ---- conveniences -------------------------------------------------------------
-    def logits(self, tokens) -> np.ndarray:
-        """Teacher-forced logits of a whole sequence from an empty state: [T, V_out] f32."""
-        return self.forward(self.new_state(), tokens)
-
     def generate(self, prompt_ids, max_new: int, stop_at_eos: bool = True) -> list[int]:
         """Greedy continuation over the V_out logits (needle3-model.md §10); the prompt must be
         shorter than max_seq_len.  Returns the new ids (EOS not included)."""
