@@ -1,12 +1,18 @@
 /* needle --bench N: N-token prefill and N-token greedy decode, timed, next to a memcpy
- * bandwidth measured in the same run.  Prints one JSON object (the last line). */
+ * bandwidth measured in the same run.  Prints one JSON object (the last line).
+ *
+ * With NEEDLE_BENCH=count in the environment the same 2N steps run without any clock,
+ * memcpy or float formatting, so the executed instruction count depends on N alone: the
+ * instruction-count benchmark under qemu-user (generator/bench.py) subtracts two such runs. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
 #include "bench.h"
+#include "needle_kernels.h"   /* NK_KERNELS: the kernel family compiled in */
 #include "needle_model.h"
 
 #define COPY_BYTES ((size_t)64 << 20)   /* larger than any last-level cache we run on */
@@ -48,8 +54,19 @@ static double memcpy_gbs(void)
 int needle_bench(uint32_t tokens)
 {
     if (2 * tokens > NEEDLE_MAX_SEQ) tokens = NEEDLE_MAX_SEQ / 2;
+    const char *mode = getenv("NEEDLE_BENCH");
+    const int count = mode && !strcmp(mode, "count");
     const float *lg = 0;
     needle_reset();
+    if (count) {               /* deterministic: no clock, no memcpy, no float printing */
+        uint32_t id = NEEDLE_BOS_ID;
+        for (uint32_t t = 0; t < 2 * tokens; t++) {
+            if (t > 0) id = t < tokens ? (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB) : argmax(lg);
+            if (!(lg = needle_step(id))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
+        }
+        printf("{\"tokens\": %u, \"last\": %u, \"kernels\": \"%s\"}\n", tokens, argmax(lg), NK_KERNELS);
+        return 0;
+    }
     double t0 = now();
     for (uint32_t t = 0; t < tokens; t++) {
         uint32_t id = t == 0 ? NEEDLE_BOS_ID : (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB);
@@ -62,10 +79,10 @@ int needle_bench(uint32_t tokens)
     double gbs = memcpy_gbs();
     double prefill = tokens / (t1 - t0), decode = tokens / (t2 - t1);
     double streamed = (double)NEEDLE_STREAMED_BYTES;
-    printf("{\"tokens\": %u, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+    printf("{\"kernels\": \"%s\", \"tokens\": %u, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
            "\"bytes_per_token\": %u, \"memcpy_gb_s\": %.3f, \"roofline_tok_s\": %.1f, "
            "\"roofline_ratio\": %.4f}\n",
-           tokens, prefill, decode, NEEDLE_STREAMED_BYTES, gbs, gbs * 1e9 / streamed,
+           NK_KERNELS, tokens, prefill, decode, NEEDLE_STREAMED_BYTES, gbs, gbs * 1e9 / streamed,
            decode / (gbs * 1e9 / streamed));
     return 0;
 }

@@ -1,0 +1,265 @@
+"""The SIMD kernel families (templates/kernels/*.c.j2) against the scalar kernels.
+
+* Goldens: every family builds the engine for every golden archive and must reproduce the
+  a8 logits bit for bit and the greedy continuations.  test_boards.py already runs each
+  board's default family (rpi-zero armv6, rpi-zero2 neon64, rpi5 neon64-dot, ipq40xx
+  neon32, the host x86) on the goldens, so here the families run where that does not:
+  neon64 on the Cortex-A76 board, armv6 on the Cortex-A7 (ARMv7, Thumb-2, hard float)
+  board; the families that exist on one board only (x86, neon64-dot, neon32) run there.
+* Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
+  nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar bit for bit on
+  random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
+  including the awkward values (zeros, subnormals, values below 2^-100, infinities, NaN,
+  subnormal and infinite f16 norms, tiny group scales) -- natively for x86 and under QEMU
+  on each ARM family's own board (QEMU models ARMv7 NEON's flush-to-zero).
+* The instruction-count benchmark is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator import bench, boards, engine, golden, plan, synth
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "host_tests" / "golden"
+ARCHIVES = ["tiny", "small", "tiny-wrap-kv4"]
+FAMILIES = ["x86", "neon64", "neon64-dot", "neon32", "armv6"]
+GOLDEN_BOARD = {"x86": "host", "neon64": "rpi5", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
+                "armv6": "router-ipq40xx"}
+NATIVE_BOARD = {"x86": "host", "neon64": "rpi-zero2", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
+                "armv6": "rpi-zero"}
+WARNINGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off"]
+
+
+def unavailable(family: str, board_name: str) -> str | None:
+    board = boards.load(board_name)
+    if family == "x86" and boards.kernel_family(board) != "x86":
+        return "the x86 family needs an x86-64 build machine with AVX2"
+    return boards.missing_tools(board, run=True)
+
+
+def scons(*args) -> None:
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
+
+
+def run_on(board: dict, binary: Path, args: list, cwd: Path, env=None) -> subprocess.CompletedProcess:
+    cmd = boards.run_command(board, str(binary), [str(a) for a in args])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd, env=env)
+
+
+@pytest.fixture(scope="session")
+def family_builds(tmp_path_factory):
+    """(family, archive) -> engine binary (one scons at a time: they share .sconsign)."""
+    root = tmp_path_factory.mktemp("kernels")
+    jobs = [(f, a) for f in FAMILIES for a in ARCHIVES if not unavailable(f, GOLDEN_BOARD[f])]
+
+    def one(job):
+        fam, name = job
+        out = root / fam / name
+        scons(f"board={GOLDEN_BOARD[fam]}", f"kernels={fam}", f"archive={GOLDEN / name / 'archive.cact'}",
+              f"build={out}")
+        return job, out / "needle"
+
+    return dict(map(one, jobs))
+
+
+@pytest.mark.parametrize("name", ARCHIVES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_matches_goldens(family_builds, family, name, tmp_path):
+    why = unavailable(family, GOLDEN_BOARD[family])
+    if why:
+        pytest.skip(why)
+    board = boards.load(GOLDEN_BOARD[family])
+    binary = family_builds[family, name]
+    gen = (binary.parent / "gen" / "needle_kernels.h").read_text()
+    assert f'#define NK_KERNELS      "{family}"' in gen
+    meta, logits = golden.load(GOLDEN / name)
+    proc = run_on(board, binary, ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"],
+                  tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(tmp_path / "logits.f32", dtype="<f4").reshape(logits["a8"].shape)
+    assert np.array_equal(got, logits["a8"]), \
+        f"{family} {name}: max |Δlogit| {np.abs(got - logits['a8']).max():.3g}"
+    greedy = run_on(board, binary, ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"],
+                    tmp_path)
+    assert greedy.returncode == 0, greedy.stderr
+    assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
+
+
+def test_boards_use_their_families():
+    """The families test_boards.py runs on the goldens with each board's defaults."""
+    assert set(FAMILIES) <= set(boards.families())
+    for name, fam in (("rpi-zero", "armv6"), ("rpi-zero2", "neon64"), ("rpi5", "neon64-dot"),
+                      ("router-ipq40xx", "neon32")):
+        assert boards.load(name)["kernels"] == fam
+    for name in ("router-mt7621", "router-ath79"):
+        assert boards.load(name)["kernels"] == "scalar"
+
+
+# ---- unit exactness: family kernels vs the scalar kernels on random inputs --------------
+
+DRIVER = r"""
+#include "needle_kernels.c"
+#include <stdio.h>
+#include <stdlib.h>
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (uint32_t)(rs >> 16); }
+static float rndf(void) { return ((float)(rnd() & 0xFFFFFF) / 16777216.0f - 0.5f) * 8.0f; }
+
+static const uint8_t widths[] = { WIDTHS };
+static uint8_t packed[64 * NK_MAX_GROUPS * 64], norms[64 * NK_MAX_GROUPS * 2];
+
+static uint16_t rnd_f16(int mode)
+{
+    switch (mode) {
+    case 0: return (uint16_t)(0x3000u + (rnd() & 0x0FFFu) + ((rnd() & 1u) << 15));   /* ordinary */
+    case 1: return (uint16_t)(rnd() & 0x83FFu);                                       /* subnormal or zero */
+    case 2: return (uint16_t)((rnd() & 3u) == 0 ? 0x7C00u : 0x0400u);                 /* inf or smallest normal */
+    default: return (uint16_t)(rnd() & 0xFFFFu);                                      /* anything, NaN included */
+    }
+}
+
+static float special(int mode)
+{
+    uint32_t b;
+    switch (mode) {
+    case 0: return rndf();
+    case 1: return 0.0f;
+    case 2: b = rnd() & 0x807FFFFFu; return nk_bits_f32(b);                 /* subnormal */
+    case 3: b = (rnd() & 0x80FFFFFFu) | (20u << 23); return nk_bits_f32(b); /* ~2^-107 */
+    case 4: return rndf() * 1e30f;
+    case 5: return (rnd() & 1u) ? INFINITY : -INFINITY;
+    default: return NAN;
+    }
+}
+
+int main(void)
+{
+    int bad = 0, trials = 0;
+    /* nk_gemv_a8 */
+    for (int t = 0; t < 3000; t++) {
+        uint8_t bits = widths[rnd() % sizeof widths];
+        uint32_t ng = 1 + rnd() % NK_MAX_GROUPS, rows = 1 + rnd() % 40, total = rows + rnd() % 5;
+        uint32_t gb = nk_group_bytes(bits), row0 = total - rows;
+        for (uint32_t i = 0; i < total * ng * gb; i++) packed[i] = (uint8_t)rnd();
+        int nmode = t % 10 < 7 ? 0 : (int)(rnd() % 4);
+        for (uint32_t i = 0; i < total * ng; i++) {
+            uint16_t h = rnd_f16(rnd() % 8 == 0 ? nmode : 0);
+            norms[2 * i] = (uint8_t)h;
+            norms[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        int8_t q[NK_MAX_GROUPS * NK_GROUP];
+        float gs[NK_MAX_GROUPS];
+        for (uint32_t i = 0; i < ng * NK_GROUP; i++) {
+            int v = (int)(rnd() % 255u) - 127;
+            q[i] = (int8_t)(t % 7 == 0 ? (v < 0 ? -127 : 127) : t % 11 == 0 ? 0 : v);
+        }
+        for (uint32_t j = 0; j < ng; j++) {
+            uint32_t k = rnd() % 16;
+            gs[j] = k == 0 ? 0.0f : k == 1 ? 1e-30f * (float)(1 + rnd() % 100) : k == 2 ? 1e30f
+                  : k == 3 ? nk_bits_f32(rnd() & 0x007FFFFFu) : rndf() * 0.01f;
+        }
+        nk_cq w = { packed, norms, ng * gb, (uint16_t)ng, bits };
+        float y1[64], y2[64];
+        nk_gemv_a8(y1, &w, row0, rows, q, gs);
+        nk_gemv_a8_scalar(y2, &w, row0, rows, q, gs);
+        trials++;
+        if (memcmp(y1, y2, rows * sizeof(float))) {
+            for (uint32_t r = 0; r < rows; r++)
+                if (nk_f32_bits(y1[r]) != nk_f32_bits(y2[r])) {
+                    if (bad < 10)
+                        printf("gemv bits=%u ng=%u rows=%u row %u: %08x vs scalar %08x\n", bits, ng, rows, r,
+                               (unsigned)nk_f32_bits(y1[r]), (unsigned)nk_f32_bits(y2[r]));
+                    break;
+                }
+            bad++;
+        }
+    }
+    /* nk_a8_quantize */
+    for (int t = 0; t < 3000; t++) {
+        uint32_t in = 1 + rnd() % (NK_MAX_GROUPS * NK_GROUP), in_pad = (in + NK_GROUP - 1) / NK_GROUP * NK_GROUP;
+        float x[NK_MAX_GROUPS * NK_GROUP];
+        int mode = t % 4 == 0 ? (int)(rnd() % 7) : 0;
+        float scale = t % 5 == 0 ? nk_bits_f32((1u + rnd() % 253u) << 23) : 1.0f;
+        for (uint32_t i = 0; i < in; i++) {
+            x[i] = rndf() * scale;
+            if (t % 13 == 0) x[i] = (float)((int)(rnd() % 9) - 4);             /* exact ties */
+            if (mode && rnd() % 16 == 0) x[i] = special(mode);
+            if (t % 17 == 0 && rnd() % 2) x[i] = 0.0f;
+        }
+        if (t % 29 == 0) for (uint32_t i = 0; i < in; i++) x[i] = 0.0f;
+        int8_t q1[NK_MAX_GROUPS * NK_GROUP], q2[NK_MAX_GROUPS * NK_GROUP];
+        float g1[NK_MAX_GROUPS], g2[NK_MAX_GROUPS];
+        nk_a8_quantize(x, in, in_pad, q1, g1);
+        nk_a8_quantize_scalar(x, in, in_pad, q2, g2);
+        trials++;
+        if (memcmp(q1, q2, in_pad) || memcmp(g1, g2, in_pad / NK_GROUP * sizeof(float))) {
+            if (bad < 10) printf("quantize in=%u mode=%d scale=%g: differs\n", in, mode, (double)scale);
+            bad++;
+        }
+    }
+    printf("{\"kernels\": \"%s\", \"trials\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, bad);
+    return bad != 0;
+}
+"""
+
+UNIT_BITMAP = "embedding=4,mhc=4,attn.v_proj=3,attn.gate_proj=1.58,default=2"
+
+
+@pytest.fixture(scope="session")
+def unit_gen(tmp_path_factory):
+    """An archive with 2-, 3-, 4-bit and ternary matrices (and 3 groups per mHC row)."""
+    root = tmp_path_factory.mktemp("kernel-unit")
+    archive = root / "widths.cact"
+    archive.write_bytes(synth.synthesize("small", 1, bitmap=UNIT_BITMAP))
+    return root, archive
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path):
+    board_name = NATIVE_BOARD[family]
+    why = unavailable(family, board_name)
+    if why:
+        pytest.skip(why)
+    root, archive = unit_gen
+    board = boards.load(board_name)
+    gen = tmp_path / "gen"
+    ctx = engine.generate(str(archive), str(gen), plan.Options.for_board(board, kernels=family),
+                          incbin_path=str(archive))
+    widths = sorted({cb["bits"] for cb in ctx["codebooks"]})
+    assert widths == [2, 3, 4, 5]
+    (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
+    flags = WARNINGS + board["arch_flags"] + (["-mavx2"] if family == "x86" else [])
+    flags += ["-static"] if board["toolchain_prefix"] else []
+    exe = tmp_path / "driver"
+    cc = boards.compiler(board)
+    proc = subprocess.run([cc, *flags, f"-I{gen}", str(tmp_path / "driver.c"), "-o", str(exe), "-lm"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = run_on(board, exe, [], tmp_path)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"kernels": family, "trials": 6000, "mismatches": 0}, out.stdout
+
+
+# ---- the instruction-count benchmark ----------------------------------------------------
+
+def test_instruction_counts_are_deterministic(family_builds):
+    fam = "neon64-dot"
+    if (fam, "tiny") not in family_builds:
+        pytest.skip(unavailable(fam, GOLDEN_BOARD[fam]))
+    board = boards.load(GOLDEN_BOARD[fam])
+    emu = board["emulator"]["command"]
+    binary = str(family_builds[fam, "tiny"])
+    counts = [bench.count_instructions(emu, binary, n) for n in (1, 2, 1, 2)]
+    assert counts[0] == counts[2] and counts[1] == counts[3] and counts[1] > counts[0]
