@@ -18,7 +18,7 @@ from generator.errors import CactError
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 BOARDS = [b for b in boards.names() if b != "host"]
-ARCHIVES = ["tiny", "small", "tiny-wrap-kv4", "n3-tiny", "n3-rung"]
+ARCHIVES = ["tiny", "small", "tiny-wrap-kv4", "n3-tiny", "n3-small", "n3-rung"]
 TOL = 1e-3
 
 
