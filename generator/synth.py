@@ -193,6 +193,21 @@ class _Draw:
         return self.normal(n, spread, 0.05)
 
 
+def _draw_cq(rnd: _Draw, role, d: int, width_of, codebook):
+    """A CQ matrix of either generation: embedding rows of varied norm, unit engram rows,
+    projections and lane maps with unequal row norms."""
+    name, shape = role.name.split(".")[-1], role.shape
+    if role.name == "embedding":
+        w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.1))
+    elif name == "tables":
+        w = rnd.normal(shape, 1.0)
+    elif name.startswith("phi_"):
+        w = rnd.matrix(*shape, gain=2.0)
+    else:
+        w = rnd.matrix(*shape)
+    return writer.cq(role.name, w, width_of(role.name), codebook)
+
+
 def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
     """Every model tensor through final_norm; `width_of(role)` gives each CQ width code."""
     if gen == 3:
@@ -205,15 +220,7 @@ def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
         name = role.name.split(".")[-1]
         shape = role.shape
         if role.dtype == CQ:
-            if role.name == "embedding":
-                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.1))
-            elif name == "tables":
-                w = rnd.normal(shape, 1.0)
-            elif name.startswith("phi_"):
-                w = rnd.matrix(*shape, gain=2.0)
-            else:
-                w = rnd.matrix(*shape)
-            out.append(writer.cq(role.name, w, width_of(role.name), codebook))
+            out.append(_draw_cq(rnd, role, d, width_of, codebook))
             continue
         if name == "final_norm":  # gain about 2: logits spread like a trained head's
             v = rnd.zc_scale(shape[0]) + 1.0
@@ -260,15 +267,7 @@ def draw_core_n3(hdr: dict, width_of, codebook, seed: int) -> list:
         name = role.name.split(".")[-1]
         shape = role.shape
         if role.dtype == CQ:
-            if role.name == "embedding":
-                w = rnd.normal(shape, 1.0 / math.sqrt(d)) * np.exp(rnd.normal((shape[0], 1), 0.1))
-            elif name == "tables":
-                w = rnd.normal(shape, 1.0)
-            elif name.startswith("phi_"):
-                w = rnd.matrix(*shape, gain=2.0)
-            else:
-                w = rnd.matrix(*shape)
-            out.append(writer.cq(role.name, w, width_of(role.name), codebook))
+            out.append(_draw_cq(rnd, role, d, width_of, codebook))
             continue
         if role.dtype == FP32:  # hada_p1 / hada_p2: the package's fixed permutations
             rs = 11 if name == "hada_p1" else 13
