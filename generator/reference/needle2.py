@@ -345,6 +345,11 @@ class Needle2:
         """Greedy continuation (needle2-model.md §8); returns the new ids (EOS not included)."""
         ids = list(prompt_ids)[: self.hdr["max_seq_len"] - 1]
         max_len = min(self.hdr["max_seq_len"], len(ids) + max_new)
+        return self.greedy(ids, max_len, stop_at_eos)
+
+    def greedy(self, ids: list[int], max_len: int, stop_at_eos: bool = True) -> list[int]:
+        """Prefill `ids`, then pick arg-max tokens (first index on ties) until EOS or until
+        the sequence holds `max_len` tokens; the new ids, EOS not included."""
         state = self.new_state()
         logits = self.forward(state, ids)[-1]
         out: list[int] = []

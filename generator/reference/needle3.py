@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import roles as R
 from ..errors import CactError
-from ..format import CQ, EOS_ID
+from ..format import CQ
 from ..synth import budget_window_n3, global_layers
 from . import numerics as nm
 from .needle2 import MODES, Needle2, _Linear
@@ -329,18 +329,7 @@ class Needle3(Needle2):
         max_len = min(self.hdr["max_seq_len"], len(ids) + max_new)
         if max_len <= len(ids):
             return []
-        state = self.new_state()
-        logits = self.forward(state, ids)[-1]
-        out: list[int] = []
-        while True:
-            nxt = int(np.argmax(logits))
-            if stop_at_eos and nxt == EOS_ID:
-                break
-            out.append(nxt)
-            if len(ids) + len(out) >= max_len:
-                break
-            logits = self.forward(state, [nxt])[-1]
-        return out
+        return self.greedy(ids, max_len, stop_at_eos)
 
     # ---- probe heads (needle3-model.md §9) ----------------------------------------
     def head_matrix(self, role: str) -> np.ndarray:
