@@ -21,8 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from generator import quant, reader, roles, tokenizer, writer
-from generator.format import CODEBOOK_LEN, CQ, FP32, HEADER_BYTES, HEADER_FIELDS, RECORD_BYTES, TAGS
+from generator.archive import quant
+from generator.archive import reader
+from generator.archive import roles
+from generator.archive import tokenizer
+from generator.archive import writer
+from generator.archive.format import CODEBOOK_LEN, CQ, FP32, HEADER_BYTES, HEADER_FIELDS, RECORD_BYTES, TAGS
 
 # ---- header --------------------------------------------------------------------------
 
@@ -253,7 +257,7 @@ def build_n3_tiny(seed: int = 0, heads: tuple[int, ...] = (2, 3), bits: int = 4)
 
     Heads use the CQ layout (k = q = 4); the tokenizer is the tiny preset's 1k model.
     """
-    from generator import synth
+    from generator.commands import synth
     rng = np.random.default_rng(seed)
     hdr = dict(N3_TINY)
     cb = quant.default_codebook()

@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import boards, engine, golden, plan
+from generator.build import boards
+from generator.codegen import pipeline as engine
+from generator.commands import golden
+from generator.codegen import plan
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent

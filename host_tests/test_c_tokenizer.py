@@ -28,11 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from generator import emit, reader
-from generator import plan_tokenizer as pt
+from generator.codegen import render as emit
+from generator.archive import reader
+from generator.codegen import tokenizer_plan as pt
 from generator.errors import CactError
-from generator.prompt import minify_tools, render_prompt
-from generator.tokenizer import BYTE, CHAT_MARKERS, CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
+from generator.commands.prompt import minify_tools, render_prompt
+from generator.archive.tokenizer import BYTE, CHAT_MARKERS, CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -592,7 +593,7 @@ SYNTH_ALPHABET = ["a", "b", "c", "\u2581", "é", "<", ">", "東"]
 
 
 def _synth_tokenizer(cfg: dict, vocab: int, seed: int):
-    from generator.tokenizer import NORMAL, TokenizerData
+    from generator.archive.tokenizer import NORMAL, TokenizerData
     rng = random.Random(seed)
     pieces = [(0.0, CONTROL, "<pad>"), (0.0, CONTROL, "</s>"), (0.0, CONTROL, "<s>"),
               (0.0, UNKNOWN, "<unk>")]
@@ -621,7 +622,7 @@ def _synth_tokenizer(cfg: dict, vocab: int, seed: int):
 def synth_builds(tmp_path_factory, tiny_bytes, edit) -> dict:
     """The tiny archive with four synthetic 1024-piece tokenizers, each rendered and built
     (gcc; the first also with clang and the sanitizers)."""
-    from generator.tokenizer import _pack_blob
+    from generator.archive.tokenizer import _pack_blob
     vocab = reader.read(tiny_bytes).header["vocab"]
     out, procs = {}, []
     for k, (label, cfg) in enumerate(SYNTH_CONFIGS.items()):

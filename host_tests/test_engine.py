@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from generator import boards, elfcheck, golden
+from generator.build import boards
+from generator.build import elfcheck
+from generator.commands import golden
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +124,7 @@ def test_every_preset_generates_builds_and_runs(preset, tmp_path):
 
 def test_generated_code_is_reproducible_and_says_where_it_came_from(tmp_path):
     archive = GOLDEN / "tiny" / "archive.cact"
-    from generator import engine
+    from generator.codegen import pipeline as engine
     a, b = tmp_path / "a", tmp_path / "b"
     engine.generate(str(archive), str(a), incbin_path="x.cact")
     engine.generate(str(archive), str(b), incbin_path="x.cact")
@@ -294,9 +296,10 @@ def test_cli_rejects_invalid_tools_json(engines, tmp_path):
 
 def test_cli_tool_prompt_equals_the_python_rendering(engines):
     """--tools/--query feeds the same ids the reference would (greedy output compared)."""
-    from generator import prompt, reader
-    from generator.reference import Needle2
-    from generator.tokenizer import Tokenizer
+    from generator.commands import prompt
+    from generator.archive import reader
+    from generator.model import Needle2
+    from generator.archive.tokenizer import Tokenizer
     tools = (ROOT / "demo" / "tools.json").read_text()
     text = prompt.render_prompt(tools, "set a timer for 5 minutes")
     a = reader.read(GOLDEN / "tiny" / "archive.cact")
@@ -311,8 +314,8 @@ def test_cli_tool_prompt_equals_the_python_rendering(engines):
 
 def test_probe_heads_match_the_reference(tmp_path):
     """needle_head() pools every (token, row) cell exactly as the reference (pads excluded)."""
-    from generator import reader
-    from generator.reference import Needle2
+    from generator.archive import reader
+    from generator.model import Needle2
     archive = GOLDEN / "tiny" / "archive.cact"
     binary = build(archive, tmp_path / "h", "head_tokens=32")
     a = reader.read(archive)
@@ -330,8 +333,8 @@ def test_probe_heads_match_the_reference(tmp_path):
 @pytest.mark.parametrize("name", ["n3-tiny", "n3-small"])
 def test_needle3_probe_heads_match_the_reference(name, tmp_path):
     """Embedding, confidence and router heads (H1-H7) of the Needle 3 engine, pads excluded."""
-    from generator import reader
-    from generator.reference import Needle3
+    from generator.archive import reader
+    from generator.model import Needle3
     archive = GOLDEN / name / "archive.cact"
     binary = build(archive, tmp_path / "h", "head_tokens=24")
     a = reader.read(archive)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from generator import inspect, reader
-from generator.__main__ import main
-from generator.format import CENSUS_KINDS, HEADER_FIELDS, TAG_N2
+from generator.commands import inspect
+from generator.archive import reader
+from generator.commands.cli import main
+from generator.archive.format import CENSUS_KINDS, HEADER_FIELDS, TAG_N2
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "inspect-json.md"

@@ -25,7 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import bench, boards, engine, golden, plan, synth
+from bench import host as bench
+from generator.build import boards
+from generator.codegen import pipeline as engine
+from generator.commands import golden
+from generator.codegen import plan
+from generator.commands import synth
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from generator import bench_mcu, boards
+from bench import mcu as bench_mcu
+from generator.build import boards
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"

@@ -11,14 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import golden, quant, reader, rung, synth, writer
-from generator.__main__ import main as cli
+from generator.commands import golden
+from generator.archive import quant
+from generator.archive import reader
+from generator.commands import rung
+from generator.commands import synth
+from generator.archive import writer
+from generator.commands.cli import main as cli
 from generator.errors import CactError
-from generator.format import CQ, FP16, FP32
-from generator.inspect import census
-from generator.reference import Needle2, Needle3
-from generator.reference import numerics as nm
-from generator.tokenizer import Tokenizer
+from generator.archive.format import CQ, FP16, FP32
+from generator.commands.inspect import census
+from generator.model import Needle2, Needle3
+from generator.model import geometry, numerics as nm
+from generator.archive.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -76,8 +81,8 @@ def test_needle3_base_census_matches_the_published_archive():
     assert (h["num_layers"], h["d_model"], h["num_heads"], h["num_kv_heads"], h["max_seq_len"],
             h["sliding_window"], h["mhc_lanes"], h["kv_bits"], h["kv_window"]) == \
         (20, 768, 12, 2, 8192, 1024, 4, 8, 256)
-    assert synth.global_layers(h) == [4, 9, 14, 19]
-    assert synth.budget_window_n3(h) == 3456
+    assert geometry.global_mask_layers(h) == [4, 9, 14, 19]
+    assert geometry.budget_window(h) == 3456
 
 
 def test_needle3_presets_and_synth_cli(tmp_path, capsys):
@@ -147,7 +152,7 @@ def test_ladder_order_and_the_table_of_section_8():
 def test_rung_kv_windows_follow_the_budget_formula():
     """deployment-numerics.md §2.3 worked values (configured window 0 → the budget itself)."""
     base = dict(synth.PRESETS["needle3-base"].geometry, kv_window=0)
-    assert synth.budget_window_n3(base) == 3456
+    assert geometry.budget_window(base) == 3456
     got = {D: rung.rung_header(base, rung.kept_layers(20, D))["kv_window"] for D in range(2, 20)}
     assert all(got[D] == 8192 for D in range(2, 10))
     assert (got[10], got[12], got[16], got[19]) == (7776, 7264, 5376, 3712)
@@ -161,7 +166,7 @@ def test_rung_archive_copies_bytes_and_cuts_rows(small):
     kept = rung.kept_layers(6, 3)
     assert kept == [0, 2, 5]
     h = r.header
-    assert h["num_layers"] == 3 and synth.global_layers(h) == [2]       # globals 3, 5 -> 5 -> 2
+    assert h["num_layers"] == 3 and geometry.global_mask_layers(h) == [2]       # globals 3, 5 -> 5 -> 2
     assert [h[f"engram_site{i}"] for i in range(h["num_engram_sites"])] == [1]   # sites 2, 4 -> 2 -> 1
     assert h["kv_window"] == 32
     blob = lambda a, role: bytes(a.blob(a.record(role)))                # noqa: E731
@@ -277,7 +282,7 @@ def test_deploy_window_equals_package_until_it_is_exceeded(archives, goldens, na
 def test_kv_window_zero_deploys_the_budget_window(archives):
     a = archives["n3-small"]
     z = reader.read(_patch_header(a, "kv_window", 0))
-    assert Needle3(z, "a8").W_kv == synth.budget_window_n3(z.header) == 512   # capped at max_seq
+    assert Needle3(z, "a8").W_kv == geometry.budget_window(z.header) == 512   # capped at max_seq
 
 
 def test_sliding_window_bounds_how_far_back_a_token_reaches(archives, goldens):

@@ -34,9 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import archive_edit as ae
-from generator import reader, synth
+from generator.archive import reader
+from generator.commands import synth
 from generator.errors import CactError
-from generator.format import HEADER_FIELDS, TAG_N2, TAG_N3
+from generator.archive.format import HEADER_FIELDS, TAG_N2, TAG_N3
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_LIMIT = 2.0          # seconds per read

@@ -31,9 +31,10 @@ import numpy as np
 import pytest
 
 import archive_edit as ae
-from generator import reader, writer
+from generator.archive import reader
+from generator.archive import writer
 from generator.errors import CactError
-from generator.format import FP16, FP32, RAW, TAG_N2, TAG_N3, cq_geometry, round_up
+from generator.archive.format import FP16, FP32, RAW, TAG_N2, TAG_N3, cq_geometry, round_up
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
@@ -144,7 +145,7 @@ def _swap_offsets(c: Ctx, i: int, j: int) -> bytes:
 
 
 def _drop_last_piece(c: Ctx) -> bytes:
-    from generator import tokenizer
+    from generator.archive import tokenizer
     tok = tokenizer.parse_blob(c.a.tokenizer_blob())
     tok = replace(tok, n_pieces=tok.n_pieces - 1, pieces=tok.pieces[:-1])
     return T.with_tokenizer_blob(c.tiny, T.repack_tokenizer(tok))
@@ -675,7 +676,7 @@ def test_text_file_is_not_an_archive():
 # ---- truncation at every region boundary -----------------------------------------------------
 
 def _tiny_cut_points():
-    from generator import synth
+    from generator.commands import synth
     data = synth.synthesize("tiny", 1)
     marks = ae.region_boundaries(data)
     marks["header.mid"] = 60
@@ -755,7 +756,7 @@ def test_check_data_false_skips_payload_scans(ctx):
 
 def test_valid_variants_are_accepted(tiny_bytes, small_bytes, ternary_bytes, n3_bytes):
     """Control group: what the malformed cases start from, and legal variations, read fine."""
-    from generator import synth
+    from generator.commands import synth
     for data in (tiny_bytes, small_bytes, ternary_bytes, n3_bytes,
                  synth.synthesize("tiny", 2, heads=False),
                  synth.synthesize("tiny", 3, bitmap="embedding=3,attn.k_proj=4,mhc=1.58,default=2"),

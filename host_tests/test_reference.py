@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import golden, reader, writer
+from generator.commands import golden
+from generator.archive import reader
+from generator.archive import writer
 from generator.errors import CactError
-from generator.format import FP16
-from generator.reference import Needle2
-from generator.reference import numerics as nm
+from generator.archive.format import FP16
+from generator.model import Needle2
+from generator.model import numerics as nm
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 NAMES = sorted(golden.RECIPES)

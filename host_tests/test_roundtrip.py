@@ -25,8 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import archive_edit as ae
-from generator import quant, reader, roles, synth, writer
-from generator.format import (BLOB_ALIGN, CODEBOOK_LEN, CQ, CQ_GROUP, FP16, FP32, HEADER_BYTES,
+from generator.archive import quant
+from generator.archive import reader
+from generator.archive import roles
+from generator.commands import synth
+from generator.archive import writer
+from generator.archive.format import (BLOB_ALIGN, CODEBOOK_LEN, CQ, CQ_GROUP, FP16, FP32, HEADER_BYTES,
                               RAW, RECORD_BYTES, TAG_N2, TERNARY, cq_geometry, round_up)
 
 # width code -> (low, high) relative Frobenius error on the [1024, 300] Gaussian embedding

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from generator import boards
+from generator.build import boards
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """Tokenizer blob, encoder and decoder (generator/tokenizer.py).
 
 Reference for the ids: the SentencePiece library itself, on the two models trained by
-generator/data/train_tokenizer.py.  The encoder follows prompt-and-tokenizer.md section 2,
+tools/tokenizer/train_tokenizer.py.  The encoder follows prompt-and-tokenizer.md section 2,
 which the blob specifies; with identity normalisation and no whitespace collapsing it is
 expected to agree with ``SentencePieceProcessor.encode`` on every input (it did on every
 line of host_tests/data/tokenizer_lines.txt and on the extra cases below: KNOWN_DIVERGENT
@@ -23,13 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generator.errors import CactError
-from generator.tokenizer import (
+from generator.archive.tokenizer import (
     BYTE, CHAT_MARKERS, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, TokenizerData, Tokenizer,
     _pack_blob, build_blob, parse_blob,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "generator" / "data"
+TOOLS = ROOT / "tools" / "tokenizer"
 MODELS = {"tok1k": (DATA / "tok1k.model", 1024), "tok8k": (DATA / "tok8k.model", 8192)}
 LINES_FILE = Path(__file__).resolve().parent / "data" / "tokenizer_lines.txt"
 
@@ -115,7 +116,7 @@ def test_encode_matches_sentencepiece_on_extra_cases(model, spm):
 def test_encode_matches_sentencepiece_on_corpus_records(model, spm):
     name, path, _, _, tok = model
     sp = _sp(spm, path)
-    text = (DATA / "corpus" / "chat_transcripts.txt").read_bytes().decode("utf-8")
+    text = (TOOLS / "corpus" / "chat_transcripts.txt").read_bytes().decode("utf-8")
     records = text.split("\n\n")[:150]
     pydoc = (DATA / "corpus" / "pydoc_topics.txt").read_bytes().decode("utf-8")
     records += pydoc.split("\n\n")[:150]
@@ -622,16 +623,16 @@ def _load(path: Path):
 
 
 def test_corpus_transcripts_are_reproducible():
-    make_corpus = _load(DATA / "make_corpus.py")
+    make_corpus = _load(TOOLS / "make_corpus.py")
     text = make_corpus.make_transcripts()
-    assert text.encode("utf-8") == (DATA / "corpus" / "chat_transcripts.txt").read_bytes()
+    assert text.encode("utf-8") == (TOOLS / "corpus" / "chat_transcripts.txt").read_bytes()
     assert "\r" not in text
 
 
 def test_models_are_reproducible(spm):
     if spm.__version__ != "0.2.3":
         pytest.skip(f"models were trained with sentencepiece 0.2.3, not {spm.__version__}")
-    recipe = _load(DATA / "train_tokenizer.py")
+    recipe = _load(TOOLS / "train_tokenizer.py")
     records = recipe.corpus_records()
     for name, vocab_size in recipe.MODELS.items():
         assert recipe.train(vocab_size, records) == (DATA / name).read_bytes(), name

@@ -1,105 +1,10 @@
-"""SCons tool: the needle-fw generator and post-link checks as builders.
-
-* ``env.NeedleEngine(gen_dir, archive)`` renders every engine file into gen_dir.  Its
-  signature covers the archive, every template, every generator module and the board
-  options, so a change to any of them regenerates and nothing else does.
-* ``env.NeedleCheck(report, [elf, archive])`` runs generator.elfcheck on a linked image and
-  writes the memory report; on failure the image is deleted so no bad firmware is left.
-"""
-
-from __future__ import annotations
+"""SCons finds its tools here; the needle tool itself is generator/build/scons_tool.py."""
 
 import os
 import sys
-
-import SCons.Action
-import SCons.Builder
-from SCons.Script import Dir, File, Glob
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from generator import engine as _engine, elfcheck as _elfcheck, plan as _plan  # noqa: E402
-from generator.errors import CactError  # noqa: E402
-
-
-def _generator_sources(env):
-    files = (Glob("#generator/*.py") + Glob("#generator/reference/*.py") + Glob("#templates/*.j2")
-             + Glob("#templates/kernels/*.j2"))
-    return sorted(files, key=str)
-
-
-def _board(env) -> dict:
-    from generator import boards
-    return boards.load(env["NEEDLE_BOARD"])
-
-
-def _engine_emitter(target, source, env):
-    gen_dir = Dir(str(target[0]))
-    targets = [gen_dir.File(name) for name in _engine.outputs(_board(env))]
-    board_file = File(f"#boards/{env['NEEDLE_BOARD']}.toml")
-    return targets, source + _generator_sources(env) + [board_file]
-
-
-def _options(env) -> _plan.Options:
-    kvw = env.get("NEEDLE_KV_WINDOW") or None
-    return _plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None,
-                                   kernels=env.get("NEEDLE_KERNELS") or None,
-                                   head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
-
-
-def _engine_action(target, source, env):
-    out_dir = os.path.dirname(target[0].abspath)
-    archive = source[0]
-    try:
-        ctx = _engine.generate(archive.abspath, out_dir, _options(env),
-                               incbin_path=archive.path if not os.path.isabs(archive.path) else archive.abspath,
-                               gnu_stack=_board(env)["kernel"] == "linux")
-    except CactError as exc:
-        print(f"scons: error: {archive.path}: {exc}")
-        return 2
-    for w in ctx["warnings"]:
-        print(f"warning: {w}")
-    return 0
-
-
-def _engine_str(target, source, env):
-    return f"generate engine {os.path.dirname(target[0].path)} <- {source[0].path}"
-
-
-def _check_action(target, source, env):
-    elf, archive = source[0], source[1]
-    try:
-        board = _board(env)
-        rep = _elfcheck.check(elf.abspath, archive.abspath, board, obj_dir=env.get("NEEDLE_OBJ_DIR"),
-                              objects=[str(o) for o in env.get("NEEDLE_OBJECTS", [])] or None)
-    except CactError as exc:
-        print(f"scons: error: post-link check of {elf.path}: {exc}")
-        if os.path.exists(elf.abspath):
-            os.unlink(elf.abspath)
-        return 2
-    text = "\n".join(rep.lines(env["NEEDLE_BOARD"])) + "\n"
-    with open(target[0].abspath, "w") as fh:
-        fh.write(text)
-    print(text, end="")
-    return 0
-
-
-def _check_str(target, source, env):
-    return f"check {source[0].path}"
-
-
-def generate(env):
-    env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_engine_action, _engine_str,
-                                   varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",
-                                            "NEEDLE_HEAD_TOKENS"]),
-        emitter=_engine_emitter, target_factory=Dir)
-    env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_check_action, _check_str,
-                                   varlist=["NEEDLE_BOARD"]))
-
-
-def exists(env):
-    return True
+from generator.build.scons_tool import exists, generate  # noqa: E402,F401

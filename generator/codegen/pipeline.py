@@ -1,0 +1,87 @@
+"""The generator pipeline for one engine: read -> plan -> emit -> write.
+
+`generate()` is what the SCons tool and `python -m generator emit` call.  Output is
+byte-reproducible: no timestamps, no absolute paths except the archive path the assembly
+file must `.incbin` (given by the caller, relative to the build directory when possible).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from generator.codegen import render
+from generator.codegen import plan as planner
+from generator.codegen import tokenizer_plan
+from generator.archive import reader
+from generator.errors import CactError
+
+ENGINE_FILES = {
+    "needle_model.h": "needle_model.h.j2",
+    "needle_model.c": "needle_model.c.j2",
+    "needle_kernels.h": "needle_kernels.h.j2",
+    "needle_kernels.c": "needle_kernels.c.j2",
+    "needle_tokenizer.h": "needle_tokenizer.h.j2",
+    "needle_tokenizer.c": "needle_tokenizer.c.j2",
+    "needle_archive.S": "needle_archive.S.j2",
+}
+
+
+def outputs(board: dict | None = None) -> list[str]:
+    """Files generate() writes for this board."""
+    names = list(ENGINE_FILES)
+    if board and board["kernel"] == "none":
+        names.append("link.ld")
+        if board["archive"]["placement"] == "partition":
+            names.remove("needle_archive.S")
+    return names
+
+
+def linker_context(board: dict, archive_bytes: int) -> dict:
+    """Data for templates/link.ld.j2, and the archive-fits check that runs before compiling."""
+    from generator import __version__
+    from generator.build import boards
+    arch = boards.region(board, "archive")
+    if archive_bytes > arch["length"]:
+        raise CactError(f"archive is {archive_bytes:,} bytes but board {board['name']}'s "
+                        f"{arch['name']} region holds {arch['length']:,} "
+                        f"({archive_bytes - arch['length']:,} over): use a shallower ladder rung "
+                        "or a board with more flash")
+    return {"generator_version": __version__, "board": board["name"],
+            "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
+            "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
+            "archive_length": arch["length"], "code": boards.region(board, "code")["name"],
+            "data": boards.region(board, "data")["name"], "archive": arch["name"]}
+
+
+def contexts(archive_path: str, opts: planner.Options, incbin_path: str | None = None,
+             gnu_stack: bool = True) -> tuple[dict, dict]:
+    """(engine plan, tokenizer plan): the data the two families of templates render."""
+    a = reader.read(archive_path)
+    ctx = planner.plan(a, opts)
+    ctx["archive_path"] = (incbin_path or archive_path).replace("\\", "/")
+    ctx["gnu_stack"] = gnu_stack
+    tok = tokenizer_plan.plan(a, max_text=opts.max_text)
+    return ctx, tok
+
+
+def generate(archive_path: str, out_dir: str, opts: planner.Options | None = None,
+             incbin_path: str | None = None, gnu_stack: bool = True) -> dict:
+    """Render every engine file into out_dir; returns the engine plan (for reports)."""
+    opts = opts or planner.Options()
+    ctx, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
+    board = opts.board_data
+    link = linker_context(board, ctx["archive_bytes"]) if board and board["kernel"] == "none" else None
+    os.makedirs(out_dir, exist_ok=True)
+    for name in outputs(board):
+        if name == "link.ld":
+            text = render.render("link.ld.j2", link)
+        else:
+            text = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else ctx)
+        path = Path(out_dir) / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return ctx
+
+
+__all__ = ["generate", "outputs", "ENGINE_FILES", "CactError"]

@@ -1,0 +1,163 @@
+"""Command line: `python -m generator {inspect,synth,golden} ...`.
+
+Every failure a user can cause ends in one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from generator import __version__
+from generator.errors import CactError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise CactError(f"{message} (see python -m generator {self.prog.split()[-1]} --help)"
+                        if " " in self.prog else f"{message} (see python -m generator --help)")
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file so a failure never leaves a partial file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".cact")
+    except OSError as exc:
+        raise CactError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise CactError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def cmd_inspect(args) -> int:
+    from generator.commands import inspect
+    from generator.archive import reader
+    a = reader.read(args.archive)
+    if args.json:
+        print(json.dumps(inspect.summary(a), indent=2))
+    else:
+        print(inspect.render(a, tensors=not args.brief))
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from generator.commands import synth
+    if (args.preset is None) == (args.like is None):
+        raise CactError("synth needs exactly one of --preset NAME or --like ARCHIVE")
+    if args.like:
+        data = synth.synthesize_like(args.like, args.seed)
+    else:
+        data = synth.synthesize(args.preset, args.seed, bitmap=args.bits, kv_window=args.kv_window,
+                                kv_bits=args.kv_bits, heads=not args.no_heads)
+    from generator.archive import reader
+    reader.read(data)  # never emit an archive our own reader would refuse
+    write_atomic(args.output, data)
+    print(f"wrote {args.output}: {len(data):,} bytes")
+    return 0
+
+
+def cmd_golden(args) -> int:
+    from generator.commands import golden
+    golden.write(args.names, args.output)
+    return 0
+
+
+def cmd_rung(args) -> int:
+    from generator.commands import rung
+    data = rung.cut(args.archive, args.layers)
+    write_atomic(args.output, data)
+    print(f"wrote {args.output}: {args.layers}-layer rung, {len(data):,} bytes")
+    return 0
+
+
+def cmd_emit(args) -> int:
+    from generator.codegen import pipeline
+    from generator.codegen import plan
+    opts = plan.Options(board=args.board, kv_window=args.kv_window)
+    ctx = pipeline.generate(args.archive, args.output, opts,
+                          incbin_path=os.path.abspath(args.archive))
+    for w in ctx["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {len(pipeline.outputs())} files to {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from bench import host
+    return host.main(args.archive, args.engine, args.tokens)
+
+
+def main(argv=None) -> int:
+    p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
+    p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("inspect", help="validate an archive and describe it")
+    s.add_argument("archive")
+    s.add_argument("--json", action="store_true", help="machine-readable output (docs/inspect-json.md)")
+    s.add_argument("--brief", action="store_true", help="omit the tensor table")
+    s.set_defaults(fn=cmd_inspect)
+
+    s = sub.add_parser("synth", help="write a synthetic archive with random, trained-looking weights")
+    s.add_argument("--preset", help="tiny, small or needle2-base")
+    s.add_argument("--like", metavar="ARCHIVE", help="same geometry, widths and tokenizer as ARCHIVE")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--bits", metavar="MAP", help="bit map, e.g. embedding=4,mhc=4,default=2")
+    s.add_argument("--kv-window", type=int, help="override the header's kv_window")
+    s.add_argument("--kv-bits", type=int, help="override the header's kv_bits (2, 3, 4 or 8)")
+    s.add_argument("--no-heads", action="store_true", help="omit the probe heads")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(fn=cmd_synth)
+
+    s = sub.add_parser("golden", help="regenerate the reference golden files (all recipes by default)")
+    s.add_argument("names", nargs="*", help="recipe names (generator/golden.py RECIPES)")
+    s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
+    s.set_defaults(fn=cmd_golden)
+
+    s = sub.add_parser("rung", help="cut a D-layer rung out of a Needle 3 archive (needle3-model §8)")
+    s.add_argument("archive")
+    s.add_argument("--layers", type=int, required=True, metavar="D", help="layers to keep, 2 <= D < L")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(fn=cmd_rung)
+
+    s = sub.add_parser("emit", help="generate the C engine for an archive (SCons does this for you)")
+    s.add_argument("archive")
+    s.add_argument("-o", "--output", required=True, help="output directory")
+    s.add_argument("--board", default="host")
+    s.add_argument("--kv-window", type=int, help="smaller KV window (changes numerics)")
+    s.set_defaults(fn=cmd_emit)
+
+    s = sub.add_parser("bench", help="engine vs NumPy reference speed (scons bench=1 runs this)")
+    s.add_argument("archive")
+    s.add_argument("--engine", required=True, help="command that runs the built engine")
+    s.add_argument("--tokens", type=int, default=32)
+    s.set_defaults(fn=cmd_bench)
+
+    try:
+        args = p.parse_args(argv)
+        return args.fn(args)
+    except CactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:   # e.g. `inspect --json | head -1`: the reader went away
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        print("error: output closed before it was complete (broken pipe)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""The tool-calling prompt of prompt-and-tokenizer.md section 4.1.
+
+``render_prompt(tools_json_text, query, system=None)`` returns::
+
+    [<|im_start|>system\\n{system.strip()}<|im_end|>\\n]      (only if system.strip() != "")
+    <|im_start|>user\\n<tools>{TOOLS_JSON}</tools>\\n{query}<|im_end|>\\n<|im_start|>assistant\\n
+
+TOOLS_JSON is the tool list written as ``json.dumps(json.loads(text), separators=(",", ":"),
+ensure_ascii=False)`` would write it, except that numbers are copied exactly as written in
+the input (the C renderer cannot reproduce Python's float repr cheaply; integers come out
+the same either way).  The input must be strict RFC 8259 JSON whose top level is an array
+of objects; duplicate keys in an object are rejected.  Every rule, and the few places
+where this deliberately differs from ``json.loads``/``json.dumps``, is in docs/prompt.md.
+
+This module is the twin of the hand-written ``firmware/cli/tool_prompt.c``: the same
+input gives the same bytes, and the same error message ("tools JSON: line L, column C:
+..." with the column counted in characters).
+"""
+
+from __future__ import annotations
+
+from generator.errors import CactError
+
+MAX_DEPTH = 64
+
+_WS = " \t\n\r"
+_DIGITS = "0123456789"
+_HEX = "0123456789abcdefABCDEF"
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+                   "t": "\t"}
+_OUT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
+                "\f": "\\f"}
+
+
+def _escape_char(ch: str) -> str:
+    """One character as json.dumps(ensure_ascii=False) writes it inside a string; a lone
+    surrogate becomes \\udxxx (json.dumps would keep it raw, which is not valid UTF-8)."""
+    esc = _OUT_ESCAPES.get(ch)
+    if esc is not None:
+        return esc
+    cp = ord(ch)
+    if cp < 0x20 or 0xD800 <= cp <= 0xDFFF:
+        return f"\\u{cp:04x}"
+    return ch
+
+
+class _Fail(Exception):
+    def __init__(self, pos: int, message: str):
+        super().__init__(message)
+        self.pos = pos
+        self.message = message
+
+
+class _Minifier:
+    def __init__(self, text: str):
+        self.s = text
+        self.n = len(text)
+        self.pos = 0
+        self.out: list[str] = []
+
+    def fail(self, pos: int, message: str):
+        raise _Fail(pos, message)
+
+    def skip_ws(self):
+        s, n, p = self.s, self.n, self.pos
+        while p < n and s[p] in _WS:
+            p += 1
+        self.pos = p
+
+    def hex4(self, at: int):
+        chunk = self.s[at:at + 4]
+        if len(chunk) == 4 and all(c in _HEX for c in chunk):
+            return int(chunk, 16)
+        return None
+
+    def string(self) -> str:
+        """The string at the '"' at self.pos; returns its decoded value, writes it minified."""
+        s, n = self.s, self.n
+        opening = self.pos
+        self.pos += 1
+        chars = []
+        while True:
+            if self.pos >= n:
+                self.fail(opening, "unterminated string")
+            c = s[self.pos]
+            if c == '"':
+                self.pos += 1
+                break
+            cp = ord(c)
+            if cp < 0x20:
+                self.fail(self.pos, f"unescaped control character U+{cp:04X} in string")
+            if 0xD800 <= cp <= 0xDFFF:  # a raw lone surrogate: not encodable as UTF-8
+                self.fail(self.pos, "invalid UTF-8")
+            if c == "\\":
+                if self.pos + 1 >= n:
+                    self.fail(opening, "unterminated string")
+                e = s[self.pos + 1]
+                if e in _SIMPLE_ESCAPES:
+                    chars.append(_SIMPLE_ESCAPES[e])
+                    self.pos += 2
+                    continue
+                if e != "u":
+                    self.fail(self.pos, "invalid escape")
+                value = self.hex4(self.pos + 2)
+                if value is None:
+                    self.fail(self.pos, "invalid \\u escape")
+                step = 6
+                if 0xD800 <= value <= 0xDBFF and s[self.pos + 6:self.pos + 8] == "\\u":
+                    low = self.hex4(self.pos + 8)
+                    if low is not None and 0xDC00 <= low <= 0xDFFF:
+                        value = 0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00)
+                        step = 12
+                chars.append(chr(value))
+                self.pos += step
+                continue
+            chars.append(c)
+            self.pos += 1
+        value = "".join(chars)
+        self.out.append('"' + "".join(_escape_char(ch) for ch in value) + '"')
+        return value
+
+    def literal(self, word: str):
+        if not self.s.startswith(word, self.pos):
+            self.fail(self.pos, "invalid literal")
+        self.out.append(word)
+        self.pos += len(word)
+
+    def number(self):
+        s, n = self.s, self.n
+        start = p = self.pos
+
+        def digit(at):
+            return at < n and s[at] in _DIGITS
+
+        if s[p] == "-":
+            p += 1
+        if p >= n:
+            self.fail(p, "unexpected end of input")
+        if s[p] == "0":
+            p += 1
+        elif digit(p):
+            while digit(p):
+                p += 1
+        else:
+            self.fail(p, "invalid number")
+        if p < n and s[p] == ".":
+            p += 1
+            if p >= n:
+                self.fail(p, "unexpected end of input")
+            if not digit(p):
+                self.fail(p, "invalid number")
+            while digit(p):
+                p += 1
+        if p < n and s[p] in "eE":
+            p += 1
+            if p < n and s[p] in "+-":
+                p += 1
+            if p >= n:
+                self.fail(p, "unexpected end of input")
+            if not digit(p):
+                self.fail(p, "invalid number")
+            while digit(p):
+                p += 1
+        self.out.append(s[start:p])
+        self.pos = p
+
+    def run(self) -> str:
+        """Validate and minify; same state machine as pr_json_minify in tool_prompt.c."""
+        s, n = self.s, self.n
+        kinds: list[str] = []     # "[" or "{"
+        keys: list[set] = []      # keys seen, per open object
+        tools = 0
+        state = "value"
+        while True:
+            self.skip_ws()
+            if state == "after" and not kinds:
+                if self.pos < n:
+                    self.fail(self.pos, "extra data after the JSON value")
+                return "".join(self.out)
+            if self.pos >= n:
+                self.fail(self.pos, "unexpected end of input")
+            c = s[self.pos]
+
+            if state == "after":
+                obj = kinds[-1] == "{"
+                if c == ",":
+                    self.out.append(",")
+                    self.pos += 1
+                    state = "key" if obj else "value"
+                elif c == ("}" if obj else "]"):
+                    self.out.append(c)
+                    self.pos += 1
+                    kinds.pop()
+                    if obj:
+                        keys.pop()
+                else:
+                    self.fail(self.pos, "expected ',' or '}'" if obj else "expected ',' or ']'")
+                continue
+
+            if state in ("key", "first_key"):
+                at = self.pos
+                if c != '"':
+                    self.fail(self.pos, "expected a string key or '}'" if state == "first_key"
+                              else "expected a string key")
+                key = self.string()
+                if key in keys[-1]:
+                    self.fail(at, "duplicate key in object")
+                keys[-1].add(key)
+                self.skip_ws()
+                if self.pos >= n:
+                    self.fail(self.pos, "unexpected end of input")
+                if s[self.pos] != ":":
+                    self.fail(self.pos, "expected ':'")
+                self.out.append(":")
+                self.pos += 1
+                state = "value"
+                continue
+
+            # state == "value"
+            depth = len(kinds)
+            if c not in '{["tfn-' and c not in _DIGITS:
+                self.fail(self.pos, "expected a value")
+            if depth == 0 and c != "[":
+                self.fail(self.pos, "the top-level value must be an array of tool objects")
+            if depth == 1:
+                tools += 1
+                if c != "{":
+                    self.fail(self.pos, f"tool #{tools} is not a JSON object")
+            if c in "[{":
+                if depth == MAX_DEPTH:
+                    self.fail(self.pos, f"nesting deeper than {MAX_DEPTH} levels")
+                kinds.append(c)
+                if c == "{":
+                    keys.append(set())
+                self.out.append(c)
+                self.pos += 1
+                self.skip_ws()
+                close = "}" if c == "{" else "]"
+                if self.pos < n and s[self.pos] == close:
+                    self.out.append(close)
+                    self.pos += 1
+                    kinds.pop()
+                    if c == "{":
+                        keys.pop()
+                    state = "after"
+                else:
+                    state = "first_key" if c == "{" else "value"
+                continue
+            if c == '"':
+                self.string()
+            elif c == "t":
+                self.literal("true")
+            elif c == "f":
+                self.literal("false")
+            elif c == "n":
+                self.literal("null")
+            else:
+                self.number()
+            state = "after"
+
+
+def minify_tools(text: str) -> str:
+    """TOOLS_JSON of the tool-list text (validated; CactError with line:column if not)."""
+    if not isinstance(text, str):
+        raise CactError(f"tools JSON must be a str, not {type(text).__name__}")
+    m = _Minifier(text)
+    try:
+        return m.run()
+    except _Fail as exc:
+        line = text.count("\n", 0, exc.pos) + 1
+        column = exc.pos - text.rfind("\n", 0, exc.pos)
+        raise CactError(f"line {line}, column {column}: {exc.message}", where="tools JSON") from None
+
+
+def _check_text(name: str, value: str) -> None:
+    if not isinstance(value, str):
+        raise CactError(f"{name} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CactError(f"{name} is not valid UTF-8 (lone surrogate at index {exc.start})") from None
+    if "\0" in value:
+        # The C renderer takes NUL-terminated strings; keep the two identical.
+        raise CactError(f"{name} contains a NUL character")
+
+
+def render_prompt(tools_json_text: str, query: str, system: str | None = None) -> str:
+    """The section 4.1 prompt for a tool list (JSON text), a query and an optional system."""
+    _check_text("query", query)
+    parts = []
+    if system is not None:
+        _check_text("system", system)
+        stripped = system.strip()
+        if stripped:
+            parts.append(f"<|im_start|>system\n{stripped}<|im_end|>\n")
+    tools = minify_tools(tools_json_text)
+    parts.append(f"<|im_start|>user\n<tools>{tools}</tools>\n{query}<|im_end|>\n"
+                 "<|im_start|>assistant\n")
+    return "".join(parts)

@@ -1,0 +1,279 @@
+"""Float32 primitives of the reference, evaluated exactly as docs/numerics.md prescribes.
+
+Every function here is written so that a C implementation following docs/numerics.md gets
+the same bits: f32 storage, sequential ascending reductions from +0.0, transcendental
+functions evaluated in double from the f32 argument and rounded once, no fused multiply-add.
+Each function is vectorised over leading axes; the reduced axis is always the last one, and
+the reduction loops over it in ascending order so that batching never changes a result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from generator.archive import quant
+from generator.archive.format import KV_CQ_GROUP, KV_INT8_GROUP_N2, TERNARY
+
+F32 = np.float32
+EPS = F32(1e-6)
+ONE = F32(1.0)
+
+
+def f32(x) -> np.ndarray:
+    return np.asarray(x, dtype=F32)
+
+
+def seq_sum(x: np.ndarray) -> np.ndarray:
+    """Σ over the last axis, left to right from +0.0, in f32."""
+    acc = np.zeros(x.shape[:-1], dtype=F32)
+    for c in range(x.shape[-1]):
+        acc = acc + x[..., c]
+    return acc
+
+
+def seq_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ_c f32(a_c · b_c) over the last axis (broadcasting), ascending c."""
+    a, b = np.broadcast_arrays(f32(a), f32(b))
+    acc = np.zeros(a.shape[:-1], dtype=F32)
+    for c in range(a.shape[-1]):
+        acc = acc + a[..., c] * b[..., c]
+    return acc
+
+
+def seq_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """y[..., r] = Σ_c W[r][c]·x[..., c], ascending c (W f32 [out, in], x [..., in])."""
+    acc = np.zeros(x.shape[:-1] + (w.shape[0],), dtype=F32)
+    for c in range(w.shape[1]):
+        acc = acc + w[:, c] * x[..., c:c + 1]
+    return acc
+
+
+def exp(x) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp of a large argument is +inf in f32, as in C
+        return np.exp(f32(x).astype(np.float64)).astype(F32)
+
+
+def log(x) -> np.ndarray:
+    return np.log(f32(x).astype(np.float64)).astype(F32)
+
+
+def sigmoid(x) -> np.ndarray:
+    e = exp(-f32(x))
+    return ONE / (ONE + e)
+
+
+def silu(x) -> np.ndarray:
+    x = f32(x)
+    return x * sigmoid(x)
+
+
+def zc_rmsnorm(x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """ZC-RMSNorm over the last axis: ((1 + γ)·x) / sqrt(Σx²/m + 1e-6)."""
+    m = x.shape[-1]
+    ms = seq_sum(x * x) / F32(m)
+    r = np.sqrt(ms + EPS)[..., None]
+    return ((ONE + f32(gamma)) * x) / r
+
+
+def unit_rms(x: np.ndarray) -> np.ndarray:
+    """ρ(x) = x · (1 / sqrt(Σx²/m + 1e-6)), reciprocal then multiply (two roundings)."""
+    m = x.shape[-1]
+    ms = seq_sum(x * x) / F32(m)
+    qr = ONE / np.sqrt(ms + EPS)
+    return x * qr[..., None]
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis; the denominator accumulates in ascending order."""
+    m = x.max(axis=-1, keepdims=True)
+    e = exp(x - m)
+    return e / seq_sum(e)[..., None]
+
+
+def logsumexp(x: np.ndarray) -> np.ndarray:
+    m = x.max(axis=-1)
+    return m + log(seq_sum(exp(x - m[..., None])))
+
+
+def sinkhorn(r: np.ndarray, iters: int = 20) -> np.ndarray:
+    """Log-domain Sinkhorn over the last two axes (rows, then columns), then exp."""
+    lam = f32(r)
+    for _ in range(iters):
+        lam = lam - logsumexp(lam)[..., :, None]
+        lam = lam - logsumexp(np.swapaxes(lam, -1, -2))[..., None, :]
+    return exp(lam)
+
+
+def sqrt_f32(n: float) -> np.float32:
+    """f32(√n) computed in double and rounded once."""
+    return F32(math.sqrt(n))
+
+
+def wht(z: np.ndarray) -> np.ndarray:
+    """Normalised Walsh-Hadamard over the last axis: butterfly, then × f32(1/√P)."""
+    return quant.fwht(z) * quant.inv_sqrt(z.shape[-1])
+
+
+def rope_tables(positions: np.ndarray, P: int, theta: float):
+    """cos, sin of shape [len(positions), P/2] (docs/numerics.md, RoPE)."""
+    j = np.arange(P // 2)
+    e = F32(2) * j.astype(F32) / F32(P)
+    powv = np.power(np.float64(F32(theta)), e.astype(np.float64)).astype(F32)
+    omega = ONE / powv
+    phi = f32(np.asarray(positions)).astype(F32)[:, None] * omega[None, :]
+    return (np.cos(phi.astype(np.float64)).astype(F32),
+            np.sin(phi.astype(np.float64)).astype(F32))
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate-half RoPE on [..., P] with tables broadcastable to [..., P/2]."""
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+# ---- A8: int8 activations in the rotated basis --------------------------------------
+
+A8_QMAX = 127
+
+
+def rne(x: np.ndarray) -> np.ndarray:
+    """Round half to even (np.rint) in f32."""
+    return np.rint(f32(x))
+
+
+def quantize_int8(t: np.ndarray):
+    """Symmetric int8 of each vector along the last axis: (q int8, scale f32 = amax/127).
+
+    inv = f32(127 / amax); q = clamp(rne(f32(t·inv)), −127, 127).  All-zero vectors get
+    q = 0 and scale 0.
+    """
+    t = f32(t)
+    amax = np.abs(t).max(axis=-1)
+    nz = amax > 0
+    safe = np.where(nz, amax, ONE)
+    inv = F32(A8_QMAX) / safe
+    q = np.clip(rne(t * inv[..., None]), -A8_QMAX, A8_QMAX)
+    q = np.where(nz[..., None], q, 0).astype(np.int8)
+    scale = np.where(nz, safe / F32(A8_QMAX), F32(0)).astype(F32)
+    return q, scale
+
+
+def a8_activation(x: np.ndarray, in_pad: int, group: int = 128):
+    """Rotate and quantise an activation [..., in] for a CQ GEMV.
+
+    Returns (q int32 [..., ng, g], gscale f32 [..., ng]) where gscale = f32(amax/127)·f32(1/√g):
+    the rotated group H·x_j ≈ gscale_j · q_j.
+    """
+    x = f32(x)
+    lead = x.shape[:-1]
+    pad = np.zeros(lead + (in_pad,), dtype=F32)
+    pad[..., :x.shape[-1]] = x
+    t = quant.fwht(pad.reshape(lead + (in_pad // group, group)))
+    q, scale = quantize_int8(t)
+    return q.astype(np.int32), scale * quant.inv_sqrt(group)
+
+
+def int8_levels(bits: int, codebook: np.ndarray, group: int = 128):
+    """Integer codebook of a CQ width: (table indexed by stored index, f32 scale s_c).
+
+    Widths 2–4: s_c = f32(max|level| / 127), entry k = rne(f32(level_k / s_c)).
+    Ternary: the signed crumb itself (−1, 0, +1) with s_c = the ternary level.
+    Binary: ±1 with s_c = the binary level.
+    """
+    if bits == TERNARY:
+        return np.array([0, 1, 0, -1], dtype=np.int32), quant.ternary_level(group)
+    if bits == 1:
+        return np.array([-1, 1], dtype=np.int32), quant.binary_level(group)
+    levels = quant.level_table(bits, codebook, group)
+    s_c = F32(np.abs(levels).max()) / F32(A8_QMAX)
+    return rne(levels / s_c).astype(np.int32), F32(s_c)
+
+
+def a8_gemv(q: np.ndarray, gscale: np.ndarray, lvl: np.ndarray, norms: np.ndarray,
+            s_c: np.float32) -> np.ndarray:
+    """y[..., r] = Σ_j f32( f32(norm[r][j] · f32(gscale_j · s_c)) · f32(dot_rj) ), ascending j.
+
+    q [..., ng, g] int32 activation codes, lvl [out, ng, g] integer levels (held as f32, every
+    partial sum is an integer below 2^24 so any summation order is exact), norms [out, ng].
+    """
+    lead = q.shape[:-2]
+    ng = q.shape[-2]
+    qf = q.astype(F32).reshape((-1, ng, q.shape[-1]))
+    gs = (gscale * s_c).reshape((-1, ng))
+    y = np.zeros((qf.shape[0], lvl.shape[0]), dtype=F32)
+    for j in range(ng):
+        dot = qf[:, j, :] @ lvl[:, j, :].T              # exact integers
+        coef = norms[None, :, j] * gs[:, j:j + 1]
+        y = y + coef * dot
+    return y.reshape(lead + (lvl.shape[0],))
+
+
+# ---- KV cache codings ---------------------------------------------------------------
+
+
+
+def kv_int8(x: np.ndarray) -> np.ndarray:
+    """Round trip of the int8 KV cache: groups of 32 along the head vector (the last group
+    may be shorter), scale f32(amax/127), code rne(f32(x·f32(127/amax)))."""
+    out = np.empty_like(f32(x))
+    h = x.shape[-1]
+    for s in range(0, h, KV_INT8_GROUP_N2):
+        q, scale = quantize_int8(x[..., s:s + KV_INT8_GROUP_N2])
+        out[..., s:s + KV_INT8_GROUP_N2] = q.astype(F32) * scale[..., None]
+    return out
+
+
+def kv_cq_levels(bits: int, codebook: np.ndarray):
+    """(levels, midpoints) of the CQ KV code: header levels × f32(√2) (group 64)."""
+    lv = quant.level_table(bits, codebook) * sqrt_f32(2.0)
+    mids = (lv[:-1] + lv[1:]) * F32(0.5)
+    return lv.astype(F32), mids.astype(F32)
+
+
+def kv_cq(x: np.ndarray, bits: int, codebook: np.ndarray) -> np.ndarray:
+    """Round trip of the CQ KV cache (kv_bits 2–4), group 64, per head vector."""
+    x = f32(x)
+    h = x.shape[-1]
+    hp = -(-h // KV_CQ_GROUP) * KV_CQ_GROUP
+    pad = np.zeros(x.shape[:-1] + (hp,), dtype=F32)
+    pad[..., :h] = x
+    g = pad.reshape(x.shape[:-1] + (hp // KV_CQ_GROUP, KV_CQ_GROUP))
+    k8 = F32(0.125)
+    rho = quant.fwht(g) * k8
+    nu = np.sqrt(seq_sum(rho * rho))
+    nu16 = nu.astype(np.float16).astype(F32)
+    unit = rho / np.maximum(nu, F32(1e-12))[..., None]
+    lv, mids = kv_cq_levels(bits, codebook)
+    idx = (unit[..., None] > mids).sum(axis=-1)
+    u = lv[idx] * nu16[..., None]
+    return (quant.fwht(u) * k8).reshape(x.shape[:-1] + (hp,))[..., :h]
+
+
+# ---- Needle 3 additions (docs/numerics.md §11) ----------------------------------------
+
+def int8_roundtrip(x: np.ndarray) -> np.ndarray:
+    """One int8 group per vector along the last axis (quantize_int8), read back as
+    f32(f32(code) · scale): Needle 3's per-head int8 queries, keys and values."""
+    q, scale = quantize_int8(x)
+    return q.astype(F32) * scale[..., None]
+
+
+def kron_mix(z: np.ndarray, aa: np.ndarray, bb: np.ndarray) -> np.ndarray:
+    """Kron(z; Aa, Bb) = Aaᵀ · Z · Bb on the row-major [b_a, b_b] reshape of the last axis.
+
+    T[k][j] = Σ_i f32(Aa[i][k]·Z[i][j]) ascending i, then Y[k][m] = Σ_j f32(T[k][j]·Bb[j][m])
+    ascending j (deployment-numerics.md §1), vectorised over every other index.
+    """
+    ba, bbn = aa.shape[0], bb.shape[0]
+    lead = z.shape[:-1]
+    Z = f32(z).reshape(lead + (ba, bbn))
+    t = np.zeros(lead + (ba, bbn), dtype=F32)
+    for i in range(ba):
+        t = t + aa[i][:, None] * Z[..., i, None, :]
+    y = np.zeros(lead + (ba, bbn), dtype=F32)
+    for j in range(bbn):
+        y = y + t[..., :, j, None] * bb[j][None, :]
+    return y.reshape(lead + (ba * bbn,))

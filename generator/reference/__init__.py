@@ -1,6 +1,0 @@
-"""NumPy reference models: the independent check every generated C engine is held to."""
-
-from .needle2 import MODES, Needle2, State
-from .needle3 import Needle3, State3
-
-__all__ = ["MODES", "Needle2", "State", "Needle3", "State3"]
