@@ -26,12 +26,9 @@ from generator.archive import roles as R
 from generator.errors import CactError
 from generator.archive.format import BOS_ID, EOS_ID
 from generator.model import numerics as nm
-from generator.model.numerics import F32, f32
+from generator.model.numerics import ENGRAM_HASH_PRIME, ENGRAM_HASH_SEED, F32, MASK32, f32
 
 MODES = ("float", "a8")
-HASH_SEED = 0x9E3779B9
-HASH_PRIME = 0x01000193
-MASK32 = 0xFFFFFFFF
 
 
 @dataclass
@@ -136,10 +133,10 @@ class Needle2:
         for i, o in enumerate(self.orders):
             valid = t - (o - 1) >= 0
             for eta in range(self.Eh):
-                acc = (HASH_SEED * (i * self.seed_stride + eta + 1)) & MASK32
+                acc = (ENGRAM_HASH_SEED * (i * self.seed_stride + eta + 1)) & MASK32
                 for j in range(o):
                     tok = tokens[t - j] if t - j >= 0 else 0
-                    acc = ((acc ^ tok) * HASH_PRIME) & MASK32
+                    acc = ((acc ^ tok) * ENGRAM_HASH_PRIME) & MASK32
                 acc ^= acc >> 15
                 out.append((acc % M, valid))
         return out

@@ -16,6 +16,12 @@ import numpy as np
 from generator.archive import quant
 from generator.archive.format import KV_CQ_GROUP, KV_INT8_GROUP_N2, TERNARY
 
+# Engram n-gram hash (docs/numerics.md, engram): acc = SEED·(i·stride + η + 1), then per token
+# acc = (acc ^ token)·PRIME, all mod 2^32.  The generated C takes these values from here.
+ENGRAM_HASH_SEED = 0x9E3779B9
+ENGRAM_HASH_PRIME = 0x01000193
+MASK32 = 0xFFFFFFFF
+
 F32 = np.float32
 EPS = F32(1e-6)
 ONE = F32(1.0)
