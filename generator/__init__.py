@@ -1,3 +1,17 @@
-"""needle-fw generator: read, validate, synthesise and (later) compile `.cact` archives."""
+"""needle-fw generator: from a `.cact` archive to a specialised C engine.
 
-__version__ = "0.1.0"
+The stages, each a sub-package, import only the stages above them in this list:
+
+    archive/   the .cact format: constants, tensor roles, the CQ quantiser, the validating
+               reader, the writer, the tokenizer blob (parse, encode, decode, pack)
+    model/     what a header means: geometry facts (windows, layer kinds, KV layout,
+               session RAM, work per token) and the NumPy reference of both generations
+    codegen/   plan (typed data the templates render), render (Jinja2), pipeline (writes gen/)
+    build/     boards (target files), ELF checks, the SCons tool
+    commands/  what users run: inspect, synth, rung, golden, prompt rendering, the CLI
+
+`python -m generator --help` lists the commands.  Benchmark drivers live in bench/, the
+tokenizer-corpus builders in tools/tokenizer/, all C text in templates/.
+"""
+
+__version__ = "0.2.0"

@@ -20,7 +20,7 @@ for p in (str(ROOT), str(HERE)):
         sys.path.insert(0, p)
 
 import archive_edit  # noqa: E402
-from generator import synth  # noqa: E402
+from generator.commands import synth  # noqa: E402
 
 
 def pytest_configure(config):

@@ -15,10 +15,8 @@ from generator.archive.format import CQ_GROUP, TERNARY, codebook_block, index_wi
 F32 = np.float32
 
 TERNARY_LEVEL_UNSCALED = 1.2240064
-# Crumb value -> signed trit.  Crumb 2 is never written (rule R7).
-TERNARY_CRUMB_TO_TRIT = np.array([0, 1, 0, -1], dtype=np.int8)
 # Trit index (0: -c, 1: 0, 2: +c) -> crumb written to the stream.
-TERNARY_INDEX_TO_CRUMB = np.array([3, 0, 1], dtype=np.uint8)
+TERNARY_INDEX_TO_CRUMB = np.array([3, 0, 1], dtype=np.uint8)   # crumb 2 is never written (rule R7)
 
 
 def inv_sqrt(n: int) -> np.float32:
@@ -69,7 +67,7 @@ def lloyd_max_levels(bits: int, group: int = CQ_GROUP) -> np.ndarray:
 
 # The 28 f32 words `lloyd_max_levels` produces for widths 2, 3, 4 at group 128 (§4.1), kept
 # as bit patterns so writing an archive does not rerun 600 Lloyd-Max iterations;
-# host_tests/test_quant.py recomputes them from the recipe.
+# host_tests/test_roundtrip.py::test_lloyd_max_recipe_reproduces_default_codebook recomputes them.
 DEFAULT_CODEBOOK_WORDS = (
     0xbe085e47, 0xbd237060, 0x3d23fc09, 0x3e08a9db,
     0xbe41cdbb, 0xbdf16db0, 0xbd87797d, 0xbcac246c, 0x3cb50d39, 0x3d88c69c, 0x3df23363, 0x3e4261c1,

@@ -31,14 +31,12 @@ from generator.errors import CactError
 # --------------------------------------------------------------------------- constants
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 0, 1, 2, 3, 4
-TYPE_NAMES = ("NORMAL", "UNKNOWN", "CONTROL", "USER_DEFINED", "BYTE")
 
 #: The ten chat markers with their fixed ids (prompt-and-tokenizer.md section 1).
 CHAT_MARKERS = (
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tools>", "</tools>",
     "<tool_call>", "</tool_call>", "<tool_result>", "</tool_result>",
 )
-CHAT_MARKER_IDS = {marker: i for i, marker in enumerate(CHAT_MARKERS, start=4)}
 
 SPACE_PIECE = "\u2581"  # "▁", the whitespace stand-in
 

@@ -1,0 +1,1 @@
+"""User-facing commands: inspect, synth, rung, golden, prompt rendering and the CLI."""

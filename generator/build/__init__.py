@@ -1,0 +1,1 @@
+"""Build integration: board files (boards/*.toml), post-link ELF checks, the SCons tool."""
