@@ -324,11 +324,20 @@ def tokenizer_blob(model_name: str) -> bytes:
     return tokenizer.build_blob(str(path))
 
 
+MAX_SEED = 2**32 - 1
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise CactError(f"seed {seed} must be between 0 and {MAX_SEED} (pass another --seed)")
+
+
 def synthesize(preset: str, seed: int = 0, *, bitmap: str | None = None,
                kv_window: int | None = None, kv_bits: int | None = None,
                heads: bool = True) -> bytes:
     if preset not in PRESETS:
         raise CactError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    _check_seed(seed)
     p = PRESETS[preset]
     hdr = dict(p.geometry)
     if kv_window is not None:
@@ -354,6 +363,7 @@ def synthesize(preset: str, seed: int = 0, *, bitmap: str | None = None,
 def synthesize_like(archive, seed: int = 0) -> bytes:
     """New weights for an existing archive: same geometry, per-tensor widths, heads, tokenizer."""
     from generator.archive import reader
+    _check_seed(seed)
     a = archive if isinstance(archive, reader.Archive) else reader.read(archive)
     hdr = {k: v for k, v in a.header.items() if k not in ("tag", "num_tensors", "codebook_len")}
     widths = {r.role: r.bits for r in a.records if r.dtype == CQ}
