@@ -2,15 +2,16 @@
 
 The reference model, the code planner, `inspect`, `synth` and `rung` all ask here; none of
 them recomputes a window, a global-layer list or a KV byte count of its own.  Every rule is
-written out in docs/format.md (header fields) and docs/numerics.md §5 and §11 (KV coding).
+written out in docs/spec/cact-format.md (header fields), docs/spec/deployment-numerics.md
+(budget window) and docs/numerics.md §5 and §11 (KV coding).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from generator.archive.format import (KV_BUDGET_BYTES, KV_BUDGET_GROUP, KV_CQ_GROUP,
-                                      KV_INT8_GROUP_N2, KV_WINDOW_MIN)
+from generator.archive.format import (CQ, KV_BUDGET_BYTES, KV_BUDGET_GROUP, KV_CQ_GROUP,
+                                      KV_INT8_GROUP_N2, KV_WINDOW_MIN, cq_geometry)
 
 
 def generation_of(h: dict) -> int:
@@ -150,3 +151,47 @@ def session_ram(h: dict, window: int | None = None) -> dict[str, int]:
     return {"window": W, "local_window": kv.local_window, "kv_bits": kv.kv_bits,
             "bytes_per_position": kv.bytes_per_position, "kv_bytes": kv.cache_bytes,
             "engram_history_bytes": engram, "total_bytes": kv.cache_bytes + engram}
+
+
+# ---- per-token work of a decode step (the planner's report numbers and the engine header) ----
+
+def output_rows(h: dict) -> int:
+    """Rows of the tied output head: the vocabulary, or Needle 3's out_vocab when set."""
+    if generation_of(h) == 2 or h["out_vocab"] == 0:
+        return h["vocab"]
+    return h["out_vocab"]
+
+
+def _is_gemv_matrix(rec) -> bool:
+    """A CQ matrix every decode step multiplies in full (not the embedding, a row-gathered
+    engram table, or a probe head's tensor)."""
+    return (rec.dtype == CQ and rec.role != "embedding" and not rec.role.endswith(".tables")
+            and not rec.role.startswith("head"))
+
+
+def _padded_inputs(rec) -> int:
+    return cq_geometry(rec.shape[0], rec.shape[1], rec.group, rec.bits)[0]
+
+
+def macs_per_token(a) -> int:
+    """Multiply-accumulates of every A8 GEMV of one decode step of archive `a`, counted over
+    whole 128-groups as the engine computes them (the tied head: its first output rows)."""
+    emb = a.record("embedding")
+    return output_rows(a.header) * _padded_inputs(emb) + sum(
+        r.shape[0] * _padded_inputs(r) for r in a.records if _is_gemv_matrix(r))
+
+
+def streamed_bytes_per_token(a) -> int:
+    """Weight bytes one decode step of archive `a` reads: every matrix-vector product streams
+    its whole matrix (the tied head only its output rows, plus the embedding row); row gathers
+    read one row per engram table; FP16/FP32 control tensors are read once."""
+    h = a.header
+    emb = a.record("embedding")
+    total = sum(r.nbytes for r in a.records if _is_gemv_matrix(r))
+    total += emb.nbytes // h["vocab"] * (output_rows(h) + 1)
+    for s in range(h["num_engram_sites"]):
+        tables = a.record(f"engram{s}.tables")
+        total += tables.nbytes // tables.shape[0] * h["num_engram_tables"]
+    total += sum(r.nbytes for r in a.records if r.dtype != CQ and r.role != "tokenizer"
+                 and not r.role.startswith("head"))
+    return total
