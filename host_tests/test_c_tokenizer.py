@@ -205,42 +205,42 @@ def test_plan_tables(name):
     tok = archive.tokenizer
     data = archive.data
     n = tok.n_pieces
-    assert p["n_pieces"] == n and len(p["rec_offsets"]) == n + 1
-    assert p["blob_offset"] == archive.records[-1].offset
+    assert p.n_pieces == n and len(p.rec_offsets) == n + 1
+    assert p.blob_offset == archive.records[-1].offset
     surfaces = []
     for i in range(n):
-        start = p["blob_offset"] + p["rec_offsets"][i]
-        length = p["rec_offsets"][i + 1] - p["rec_offsets"][i] - 7
+        start = p.blob_offset + p.rec_offsets[i]
+        length = p.rec_offsets[i + 1] - p.rec_offsets[i] - 7
         surfaces.append(bytes(data[start:start + length]))
         assert surfaces[-1] == tok.pieces[i][2].encode("utf-8")
         assert data[start - 3] == tok.pieces[i][1]
-    order = [surfaces[i] for i in p["sorted_ids"]]
-    assert order == sorted(surfaces) and sorted(p["sorted_ids"]) == list(range(n))
+    order = [surfaces[i] for i in p.sorted_ids]
+    assert order == sorted(surfaces) and sorted(p.sorted_ids) == list(range(n))
     for b in range(256):
-        run = order[p["first_index"][b]:p["first_index"][b + 1]]
+        run = order[p.first_index[b]:p.first_index[b + 1]]
         assert all(s[0] == b for s in run)
-    assert p["markers"][:3] == [13, 12, 4]  # </tool_result>, <tool_result>, <|im_start|>
-    lens = [len(tok.pieces[i][2]) for i in p["markers"]]
+    assert list(p.markers[:3]) == [13, 12, 4]  # </tool_result>, <tool_result>, <|im_start|>
+    lens = [len(tok.pieces[i][2]) for i in p.markers]
     assert lens == sorted(lens, reverse=True)
-    assert sorted(p["markers"]) == [i for i in range(n) if tok.pieces[i][1] == USER_DEFINED]
-    assert [surfaces[p["byte_ids"][b]] for b in range(256)] == [
+    assert sorted(p.markers) == [i for i in range(n) if tok.pieces[i][1] == USER_DEFINED]
+    assert [surfaces[p.byte_ids[b]] for b in range(256)] == [
         f"<0x{b:02X}>".encode() for b in range(256)]
-    assert p["id_type"] == "uint16_t" and p["pos_type"] == "uint16_t"
-    assert p["off_type"] == ("uint16_t" if name == "tiny" else "uint32_t")
+    assert p.id_type == "uint16_t" and p.pos_type == "uint16_t"
+    assert p.off_type == ("uint16_t" if name == "tiny" else "uint32_t")
 
 
 def test_plan_rejects_bad_max_text():
     archive = reader.read(GOLDEN / "tiny" / "archive.cact")
     with pytest.raises(CactError):
         pt.plan(archive, max_text=0)
-    assert pt.plan(archive, max_text=70000)["pos_type"] == "uint32_t"
+    assert pt.plan(archive, max_text=70000).pos_type == "uint32_t"
 
 
 # ------------------------------------------------------------------------ encode / decode
 
 def test_encode_matches_python(build_variant):
     build, variant = build_variant
-    texts = _encode_inputs(build.plan["max_text"])
+    texts = _encode_inputs(build.plan.max_text)
     got = _encode_c(build, variant, texts, "all")
     bad = []
     for text, line in zip(texts, got):
@@ -254,7 +254,7 @@ def test_encode_errors(build_variant):
     build, variant = build_variant
     assert build.run(variant, "limits") == "OK\n"
     texts = [b"abc\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x96",
-             b"\xf0\x9f\x8e", b"ok \x80", b"a" * (build.plan["max_text"] + 1)]
+             b"\xf0\x9f\x8e", b"ok \x80", b"a" * (build.plan.max_text + 1)]
     f = build.dir / f"enc-bad-{variant}.txt"
     _write_hex_lines(f, texts)
     assert build.run(variant, "encode", f).split("\n")[:-1] == ["E-2"] * 7 + ["E-1"]
@@ -657,7 +657,7 @@ def synth_builds(tmp_path_factory, tiny_bytes, edit) -> dict:
 def test_synthetic_vocabularies(synth_builds, label):
     build = synth_builds[label]
     tok = build.tok
-    max_text = build.plan["max_text"]
+    max_text = build.plan.max_text
     rng = random.Random(sum(map(ord, label)))
     pool = ["a", "b", "c", " ", "\u2581", "é", "<", ">", "東", "z", "\n", "<a>", "<|x|>", "|"]
     texts = ["", " ", "  a", "東", "aaaaaaaa", "abcabcabc", " <a>b <a", "é <"]

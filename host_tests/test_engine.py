@@ -158,9 +158,12 @@ def test_engine_builder_signature_covers_templates_and_generator():
     proc = scons("board=host", "--tree=prune", "build/host/gen/needle_model.c", "-n")
     tree = proc.stdout
     for path in ("templates/needle_model.c.j2", "templates/needle_kernels.c.j2",
-                 "templates/needle_tokenizer.c.j2", "generator/plan.py", "generator/emit.py",
-                 "boards/host.toml"):
+                 "templates/needle_tokenizer.c.j2", "generator/codegen/plan.py",
+                 "generator/codegen/render.py", "generator/archive/reader.py",
+                 "generator/model/numerics.py", "boards/host.toml"):
         assert path in tree, path
+    for path in ("generator/model/needle2.py", "generator/commands/cli.py", "bench/host.py"):
+        assert path not in tree, f"{path} cannot change the generated code"
 
 
 def test_scons_help_lists_every_option():

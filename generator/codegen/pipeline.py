@@ -30,18 +30,22 @@ ENGINE_FILES = {
 def outputs(board: dict | None = None) -> list[str]:
     """Files generate() writes for this board."""
     names = list(ENGINE_FILES)
-    if board and board["kernel"] == "none":
+    if board and board["os"] == "none":
         names.append("link.ld")
         if board["archive"]["placement"] == "partition":
             names.remove("needle_archive.S")
     return names
 
 
+def _region(board: dict, use: str) -> dict:
+    """The board's memory region of one use ("code", "data" or "archive")."""
+    return next(r for r in board["memory"]["regions"] if r["use"] == use)
+
+
 def linker_context(board: dict, archive_bytes: int) -> dict:
     """Data for templates/link.ld.j2, and the archive-fits check that runs before compiling."""
     from generator import __version__
-    from generator.build import boards
-    arch = boards.region(board, "archive")
+    arch = _region(board, "archive")
     if archive_bytes > arch["length"]:
         raise CactError(f"archive is {archive_bytes:,} bytes but board {board['name']}'s "
                         f"{arch['name']} region holds {arch['length']:,} "
@@ -50,38 +54,37 @@ def linker_context(board: dict, archive_bytes: int) -> dict:
     return {"generator_version": __version__, "board": board["name"],
             "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
             "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
-            "archive_length": arch["length"], "code": boards.region(board, "code")["name"],
-            "data": boards.region(board, "data")["name"], "archive": arch["name"]}
+            "archive_length": arch["length"], "code": _region(board, "code")["name"],
+            "data": _region(board, "data")["name"], "archive": arch["name"]}
 
 
 def contexts(archive_path: str, opts: planner.Options, incbin_path: str | None = None,
-             gnu_stack: bool = True) -> tuple[dict, dict]:
+             gnu_stack: bool = True) -> tuple[planner.EnginePlan, tokenizer_plan.TokenizerPlan]:
     """(engine plan, tokenizer plan): the data the two families of templates render."""
     a = reader.read(archive_path)
-    ctx = planner.plan(a, opts)
-    ctx["archive_path"] = (incbin_path or archive_path).replace("\\", "/")
-    ctx["gnu_stack"] = gnu_stack
-    tok = tokenizer_plan.plan(a, max_text=opts.max_text)
-    return ctx, tok
+    engine = planner.plan(a, opts, incbin_path=incbin_path or archive_path, gnu_stack=gnu_stack)
+    return engine, tokenizer_plan.plan(a, max_text=opts.max_text)
 
 
 def generate(archive_path: str, out_dir: str, opts: planner.Options | None = None,
-             incbin_path: str | None = None, gnu_stack: bool = True) -> dict:
-    """Render every engine file into out_dir; returns the engine plan (for reports)."""
+             incbin_path: str | None = None, gnu_stack: bool = True) -> planner.EnginePlan:
+    """Render every engine file into out_dir; returns the engine plan (for reports:
+    `.warnings`, `.kv.cache_bytes`, ...)."""
     opts = opts or planner.Options()
-    ctx, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
+    engine, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
     board = opts.board_data
-    link = linker_context(board, ctx["archive_bytes"]) if board and board["kernel"] == "none" else None
+    bare_metal = bool(board) and board["os"] == "none"
+    link = linker_context(board, engine.provenance.archive_bytes) if bare_metal else None
     os.makedirs(out_dir, exist_ok=True)
     for name in outputs(board):
         if name == "link.ld":
             text = render.render("link.ld.j2", link)
         else:
-            text = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else ctx)
+            text = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else engine)
         path = Path(out_dir) / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-    return ctx
+    return engine
 
 
-__all__ = ["generate", "outputs", "ENGINE_FILES", "CactError"]
+__all__ = ["generate", "outputs", "contexts", "ENGINE_FILES", "CactError"]

@@ -1,9 +1,13 @@
-"""Plan: turn a validated archive and a board's options into plain data for the templates.
+"""Plan: turn a validated archive and a board's options into typed data for the templates.
 
 Every decision the generated engine bakes in is made here: geometry constants, each
 tensor's absolute offset in the linked archive, integer codebooks, RoPE frequencies, the
-KV ring size and coding, scratch buffer sizes, and the boot-check hash.  The result is a
-dict of numbers, strings and lists; `emit` only renders it.
+KV ring size and coding, scratch buffer sizes, and the boot-check hash.  The result is an
+`EnginePlan`: frozen dataclasses of numbers, strings and tuples that the templates read by
+attribute (`plan.d_model`, `layer.q_proj.offset`); `render` only renders it.
+
+Constants the generated C shares with Python (KV group sizes, the engram hash, the boot
+hash) are read from their one Python definition and emitted, never retyped in a template.
 """
 
 from __future__ import annotations
@@ -17,10 +21,16 @@ from generator import __version__
 from generator.archive import quant
 from generator.archive import roles as R
 from generator.errors import CactError
-from generator.archive.format import CODEBOOK_LEN, CQ, HEADER_BYTES, KV_BUDGET_BYTES, RECORD_BYTES, \
+from generator.archive.format import CQ, CQ_GROUP, KV_BUDGET_BYTES, KV_CQ_GROUP, KV_INT8_GROUP_N2, \
     TERNARY, cq_geometry
 from generator.archive.reader import Archive
 from generator.model import geometry, numerics as nm
+from generator.model.geometry import KvLayout
+
+#: FNV-1a 64 (the boot check's hash of header, codebook and directory): offset basis and prime.
+FNV64_OFFSET = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+
 
 @dataclass
 class Options:
@@ -34,21 +44,301 @@ class Options:
     kernels: str = "scalar"            # kernel family (templates/kernels/<family>.c.j2)
     head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
 
-    @classmethod
-    def for_board(cls, board: dict, kv_window: int | None = None, kernels: str | None = None,
-                  head_tokens: int = 0) -> "Options":
-        from generator.build.boards import kernel_family
-        return cls(board=board["name"], kv_window=kv_window,
-                   kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
-                   board_data=board, kernels=kernels or kernel_family(board), head_tokens=head_tokens)
-
 
 def fnv1a64(data) -> int:
-    h = 0xCBF29CE484222325
+    h = FNV64_OFFSET
     for b in bytes(data):
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        h = ((h ^ b) * FNV64_PRIME) & 0xFFFFFFFFFFFFFFFF
     return h
 
+
+# ---- the plan's types -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the engine came from, printed into every generated file."""
+
+    archive_sha256: str
+    archive_bytes: int
+    generator_version: str
+    board: str
+    kv_window_option: int | None     # the explicit kv_window= option, or None
+
+
+@dataclass(frozen=True)
+class CqMatrix:
+    """A CQ-coded matrix inside the linked archive (packed index rows, then f16 group norms)."""
+
+    role: str               # directory role, e.g. "layer03.q_proj"
+    c_name: str             # the role as a C identifier, e.g. "layer03_q_proj"
+    offset: int             # absolute byte offset of the packed rows
+    norms_offset: int       # absolute byte offset of the [rows][groups_per_row] f16 norms
+    bits: int               # width code: 1..4, 5 = ternary
+    kind: str               # "cq1".."cq4" or "ternary" (names the C codebook tables)
+    rows: int
+    cols: int
+    padded_cols: int        # cols rounded up to whole CQ groups
+    groups_per_row: int
+    row_bytes: int          # packed bytes per row
+    nbytes: int             # the whole tensor
+
+    @property
+    def short_name(self) -> str:
+        """The role within its block, e.g. "q_proj"."""
+        return self.role.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class VectorRef:
+    """An FP16/FP32 tensor inside the linked archive, read in place."""
+
+    role: str
+    c_name: str
+    offset: int             # absolute byte offset
+    shape: tuple[int, ...]
+    count: int              # values
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Codebook:
+    """One CQ width's levels: f32 for row gathers, int8 plus one scale for A8 products."""
+
+    bits: int
+    kind: str
+    int8: tuple[int, ...]          # integer levels of the A8 kernels
+    int8_scale: float              # s_c: f32 value of one integer level step
+    levels: tuple[float, ...]      # f32 levels of row gathers (NaN slots as 0.0)
+
+
+@dataclass(frozen=True)
+class KvCqLevels:
+    """Levels and decision midpoints of a CQ-coded KV cache (kv_bits 2-4)."""
+
+    levels: tuple[float, ...]
+    mids: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One transformer block: its tensors, kind and engram site."""
+
+    index: int
+    local: bool                     # attends within the sliding band (Needle 3 local layer)
+    ring_index: int                 # index among the layers of its kind (KV and conv rings)
+    engram_site: int | None         # site injected before this block, or None
+    q_proj: CqMatrix
+    k_proj: CqMatrix
+    v_proj: CqMatrix
+    gate_proj: CqMatrix
+    out_proj: CqMatrix
+    norm_in: VectorRef
+    q_norm: VectorRef
+    k_norm: VectorRef
+    post_norm: VectorRef
+    attn_gate: VectorRef
+    pre_hada: VectorRef
+    d1: VectorRef
+    d2: VectorRef
+    d3: VectorRef
+    # Needle 3 only (None otherwise)
+    b2: VectorRef | None = None
+    d4: VectorRef | None = None
+    w1a: VectorRef | None = None
+    w1b: VectorRef | None = None
+    w2a: VectorRef | None = None
+    w2b: VectorRef | None = None
+    w3a: VectorRef | None = None
+    w3b: VectorRef | None = None
+    cond_v: VectorRef | None = None
+    cond_u: VectorRef | None = None
+    q_taps: VectorRef | None = None  # only when the archive has a QKV conv
+    k_taps: VectorRef | None = None
+    v_taps: VectorRef | None = None
+
+    @property
+    def matrices(self) -> tuple[CqMatrix, ...]:
+        """The block's CQ matrices in directory order."""
+        return tuple(getattr(self, name) for name in LAYER_MATRICES)
+
+
+@dataclass(frozen=True)
+class MhcPlan:
+    """The mHC lane router: f16 maps per layer and its three CQ projections."""
+
+    a_pre: VectorRef
+    a_post: VectorRef
+    a_res: VectorRef
+    b_pre: VectorRef
+    b_post: VectorRef
+    b_res: VectorRef
+    phi_pre: CqMatrix
+    phi_post: CqMatrix
+    phi_res: CqMatrix
+
+    @property
+    def matrices(self) -> tuple[CqMatrix, ...]:
+        return self.phi_pre, self.phi_post, self.phi_res
+
+
+@dataclass(frozen=True)
+class SitePlan:
+    """One engram site: hashed n-gram tables, key/value projections and the value conv."""
+
+    index: int
+    layer: int                      # the block it is injected before
+    tables: CqMatrix
+    key_proj: CqMatrix
+    value_proj: CqMatrix
+    taps: VectorRef
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """One probe head (needle2-model.md §9 / needle3-model.md §9) the engine computes."""
+
+    code: int
+    name: str
+    outputs: int                    # values the head returns
+    normalise: bool                 # returns a unit vector (the contrastive/embedding head)
+    bias_offset: int                # f16 [outputs]
+    pooled_vectors: int             # D-vectors the projection reads (probes, or queries)
+    # Needle 2: all-FP16 probes [P, d] and projection [out, P*d]
+    probes_offset: int | None = None
+    proj_offset: int | None = None
+    # Needle 3: CQ probes [(L+1)*k, d], queries [q, d], projection [out, q*d]
+    probes: CqMatrix | None = None
+    query: CqMatrix | None = None
+    proj: CqMatrix | None = None
+    gain_offset: int | None = None       # f16 [L+1, k]
+    row_bias_offset: int | None = None   # f16 [q, L+1, k]
+    probes_per_row: int = 0              # k
+    queries: int = 0                     # q
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """Everything the engine templates render, decided once, for either generation."""
+
+    provenance: Provenance
+    kernel_family: str                  # templates/kernels/<family>.c.j2
+    warnings: tuple[str, ...]           # for the user (window choices that change numerics)
+    generation: int                     # 2 or 3
+    archive_tag: int                    # the archive's first word, checked at boot
+    boot_hash: int                      # FNV-1a 64 of bytes [0, boot_hash_bytes)
+    boot_hash_bytes: int                # header + codebook + directory
+    incbin_path: str                    # the archive path needle_archive.S includes
+    gnu_stack: bool                     # emit the .note.GNU-stack section (Linux targets)
+    # geometry (archive header)
+    d_model: int
+    vocab: int                          # embedding rows (token ids accepted)
+    out_vocab: int                      # rows of the tied output head (logits per step)
+    num_layers: int
+    heads: int                          # query heads
+    kv_heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    hada_n: int
+    lanes: int                          # mHC residual lanes
+    max_seq: int
+    qkv_taps: int                       # Needle 3 causal QKV conv taps (0: none)
+    sliding_window: int                 # Needle 3 local band (0: every layer global)
+    # engram
+    engram_sites: int
+    engram_tables: int
+    engram_slots: int
+    engram_sub_dim: int
+    engram_orders: tuple[int, ...]
+    tables_per_order: int
+    engram_seed_stride: int
+    engram_dilation: int
+    # KV cache
+    kv: KvLayout
+    kv_cq_levels: KvCqLevels | None     # kv_bits 2-4 only
+    # exact f32 constants (docs/numerics.md §1)
+    sqrt_d: float
+    sqrt_qk_head_dim: float
+    inv_sqrt_group: float
+    inv_sqrt_hada_n: float
+    inv_sqrt_kv_group: float
+    rope_inv_freq: tuple[float, ...]
+    widest_a8_input: int                # padded inputs of the widest A8 GEMV (scratch size)
+    # tensors
+    embedding: CqMatrix
+    layers: tuple[LayerPlan, ...]
+    mhc: MhcPlan
+    sites: tuple[SitePlan, ...]
+    final_norm: VectorRef
+    codebooks: tuple[Codebook, ...]
+    # per-token cost (for reports and the header)
+    streamed_bytes: int
+    macs_per_token: int
+    # probe heads
+    head_plans: tuple[HeadPlan, ...]
+    head_tokens: int
+    # Needle 3 Monarch MLP (0 / None for Needle 2)
+    kron_a: int = 0                     # Kronecker factors: hada_n = kron_a * kron_b
+    kron_b: int = 0
+    cond_rank: int = 0
+    hada_perm1: VectorRef | None = None
+    hada_perm2: VectorRef | None = None
+
+    # ---- derived sizes ----
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.qk_head_dim
+
+    @property
+    def o_dim(self) -> int:
+        return self.heads * self.v_head_dim
+
+    @property
+    def k_dim(self) -> int:
+        return self.kv_heads * self.qk_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.kv_heads * self.v_head_dim
+
+    @property
+    def engram_dim(self) -> int:
+        return self.engram_tables * self.engram_sub_dim
+
+    @property
+    def max_order(self) -> int:
+        return max(self.engram_orders) if self.engram_orders else 1
+
+    # ---- constants shared with Python: one definition each, emitted from here ----
+    @property
+    def cq_group(self) -> int:
+        return CQ_GROUP
+
+    @property
+    def kv_cq_group(self) -> int:
+        return KV_CQ_GROUP
+
+    @property
+    def kv_int8_group_n2(self) -> int:
+        return KV_INT8_GROUP_N2
+
+    @property
+    def engram_hash_seed(self) -> int:
+        return nm.ENGRAM_HASH_SEED
+
+    @property
+    def engram_hash_prime(self) -> int:
+        return nm.ENGRAM_HASH_PRIME
+
+    @property
+    def fnv64_offset(self) -> int:
+        return FNV64_OFFSET
+
+    @property
+    def fnv64_prime(self) -> int:
+        return FNV64_PRIME
+
+
+# ---- building the plan ------------------------------------------------------------------
 
 def window_for(h: dict, opts: Options, generation: int = 2) -> tuple[int, list[str]]:
     """The deployment KV window (every layer's ring is at most this) and user warnings."""
@@ -70,24 +360,33 @@ def window_for(h: dict, opts: Options, generation: int = 2) -> tuple[int, list[s
     return w, warnings
 
 
-def _cname(role: str) -> str:
-    return role.replace(".", "_")
+def _kind(bits: int) -> str:
+    return "ternary" if bits == TERNARY else f"cq{bits}"
 
 
-def _cq_plan(a: Archive, role: str) -> dict:
+def cq_matrix(a: Archive, role: str) -> CqMatrix:
     rec = a.record(role)
-    out, inp = rec.shape
-    in_pad, ng, row_bytes, _ = cq_geometry(out, inp, rec.group, rec.bits)
-    return {"role": role, "cname": _cname(role), "offset": rec.offset, "bits": rec.bits,
-            "rows": out, "cols": inp, "in_pad": in_pad, "ng": ng, "row_bytes": row_bytes,
-            "norms": rec.offset + out * row_bytes, "nbytes": rec.nbytes,
-            "kind": "ternary" if rec.bits == TERNARY else f"cq{rec.bits}"}
+    rows, cols = rec.shape
+    padded, groups, row_bytes, _ = cq_geometry(rows, cols, rec.group, rec.bits)
+    return CqMatrix(role=role, c_name=role.replace(".", "_"), offset=rec.offset,
+                    norms_offset=rec.offset + rows * row_bytes, bits=rec.bits, kind=_kind(rec.bits),
+                    rows=rows, cols=cols, padded_cols=padded, groups_per_row=groups,
+                    row_bytes=row_bytes, nbytes=rec.nbytes)
 
 
-def _vec_plan(a: Archive, role: str) -> dict:
+def vector_ref(a: Archive, role: str) -> VectorRef:
     rec = a.record(role)
-    return {"role": role, "cname": _cname(role), "offset": rec.offset, "shape": list(rec.shape),
-            "count": int(math.prod(rec.shape)), "nbytes": rec.nbytes}
+    return VectorRef(role=role, c_name=role.replace(".", "_"), offset=rec.offset,
+                     shape=tuple(rec.shape), count=int(math.prod(rec.shape)), nbytes=rec.nbytes)
+
+
+def codebook(bits: int, words: np.ndarray) -> Codebook:
+    """The levels of width `bits` under the archive codebook `words`."""
+    table, s_c = nm.int8_levels(bits, words)
+    levels = quant.level_table(bits, words)
+    return Codebook(bits=bits, kind=_kind(bits), int8=tuple(int(x) for x in table),
+                    int8_scale=float(s_c),
+                    levels=tuple(0.0 if math.isnan(x) else float(x) for x in levels))
 
 
 def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
@@ -98,159 +397,132 @@ def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
     return [float(x) for x in (np.float32(1) / powv)]
 
 
-def _heads_plan(a: Archive, opts: Options) -> tuple[list[dict], int]:
+def _head_plans(a: Archive, head_tokens: int) -> tuple[HeadPlan, ...]:
     """Probe heads the engine computes (needle2-model.md §9), when head_tokens > 0."""
-    if not opts.head_tokens or not a.heads:
-        return [], 0
-    if opts.head_tokens > a.header["max_seq_len"]:
-        raise CactError(f"head_tokens={opts.head_tokens} exceeds max_seq_len {a.header['max_seq_len']}")
+    if not head_tokens or not a.heads:
+        return ()
+    if head_tokens > a.header["max_seq_len"]:
+        raise CactError(f"head_tokens={head_tokens} exceeds max_seq_len {a.header['max_seq_len']}")
     out = []
     for hd in a.heads:
         recs = {part: a.records[i] for part, i in hd.tensors.items()}
-        entry = {"code": hd.code, "name": hd.name, "bias": recs["bias"].offset,
-                 "out": recs["proj"].shape[0], "normalise": hd.code == 1}
-        if a.generation == 2:       # FP16 probes [P, d], proj [out, P·d]
-            entry.update(probes=recs["probes"].offset, proj=recs["proj"].offset, P=recs["probes"].shape[0])
-        else:                       # CQ probes [(L+1)·k, d], query [q, d], proj [out, q·d]
-            if recs["probes"].dtype != CQ:
-                raise CactError("head_tokens: the older all-FP16 Needle 3 head layout is not supported "
-                                "by the C engine")
-            k = recs["gain"].shape[1]
-            entry.update(probes=_cq_plan(a, recs["probes"].role), query=_cq_plan(a, recs["query"].role),
-                         proj=_cq_plan(a, recs["proj"].role), gain=recs["gain"].offset,
-                         row_bias=recs["row_bias"].offset, k=k, q=recs["query"].shape[0],
-                         P=recs["query"].shape[0])
-        out.append(entry)
-    return out, opts.head_tokens
+        common = dict(code=hd.code, name=hd.name, outputs=recs["proj"].shape[0],
+                      normalise=hd.code == 1, bias_offset=recs["bias"].offset)
+        if a.generation == 2:
+            out.append(HeadPlan(**common, pooled_vectors=recs["probes"].shape[0],
+                                probes_offset=recs["probes"].offset, proj_offset=recs["proj"].offset))
+            continue
+        if recs["probes"].dtype != CQ:
+            raise CactError("head_tokens: the older all-FP16 Needle 3 head layout is not supported "
+                            "by the C engine")
+        queries = recs["query"].shape[0]
+        out.append(HeadPlan(**common, pooled_vectors=queries,
+                            probes=cq_matrix(a, recs["probes"].role), query=cq_matrix(a, recs["query"].role),
+                            proj=cq_matrix(a, recs["proj"].role), gain_offset=recs["gain"].offset,
+                            row_bias_offset=recs["row_bias"].offset,
+                            probes_per_row=recs["gain"].shape[1], queries=queries))
+    return tuple(out)
 
 
-N2_LAYER_VEC = ("norm_in", "q_norm", "k_norm", "post_norm", "attn_gate", "pre_hada", "d1", "d2", "d3")
-N3_LAYER_VEC = ("norm_in", "q_norm", "k_norm", "post_norm", "attn_gate", "pre_hada", "d1", "d2", "b2",
-                "d3", "d4", "w1a", "w1b", "w2a", "w2b", "w3a", "w3b", "cond_v", "cond_u")
-N3_TAPS = ("q_taps", "k_taps", "v_taps")
-LAYER_CQ = ("q_proj", "k_proj", "v_proj", "gate_proj", "out_proj")
+#: The CQ matrices of every block, in directory order.
+LAYER_MATRICES = tuple(name for name, dtype, _ in R.N2_LAYER if dtype == CQ)
+MHC_MAPS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
+MHC_MATRICES = ("phi_pre", "phi_post", "phi_res")
 
 
-def plan(a: Archive, opts: Options | None = None) -> dict:
+def _layer_vectors(gen: int, taps: int) -> tuple[str, ...]:
+    """The FP16 tensors of a block that the engine reads by address."""
+    spec = R.N2_LAYER if gen == 2 else R.N3_LAYER
+    return tuple(name for name, dtype, _ in spec
+                 if dtype != CQ and (taps or name not in R.N3_TAP_ROLES))
+
+
+def _layers(a: Archive, gen: int, taps: int) -> tuple[LayerPlan, ...]:
+    h = a.header
+    globals_ = set(geometry.global_layers(h))
+    site_layers = R.sites(h)
+    layers, n_kind = [], {True: 0, False: 0}
+    for l in range(h["num_layers"]):
+        p = f"layer{l:02d}."
+        local = l not in globals_
+        tensors = {k: vector_ref(a, p + k) for k in _layer_vectors(gen, taps)}
+        tensors.update({k: cq_matrix(a, p + k) for k in LAYER_MATRICES})
+        layers.append(LayerPlan(index=l, local=local, ring_index=n_kind[local],
+                                engram_site=site_layers.index(l) if l in site_layers else None,
+                                **tensors))
+        n_kind[local] += 1
+    return tuple(layers)
+
+
+def plan(a: Archive, opts: Options | None = None, *, incbin_path: str = "",
+         gnu_stack: bool = True) -> EnginePlan:
     """Everything the engine templates need, for either generation."""
     opts = opts or Options()
     gen = a.generation
     h = a.header
-    d, L, H, G = h["d_model"], h["num_layers"], h["num_heads"], h["num_kv_heads"]
-    n, N, V = h["mhc_lanes"], h["hada_n"], h["vocab"]
-    hq = h["head_dim"] if gen == 2 else h["qk_head_dim"]
-    hv = h["head_dim"] if gen == 2 else h["v_head_dim"]
-    v_out = V if gen == 2 or h["out_vocab"] == 0 else h["out_vocab"]
-    taps = 0 if gen == 2 else h["qkv_conv_taps"]
-    S = h["num_engram_sites"]
+    hq, hv = geometry.head_widths(h)
     window, warnings = window_for(h, opts, gen)
-    kv = geometry.kv_layout(h, window)
-    globals_ = set(geometry.global_layers(h))
-    w_sw = 0 if gen == 2 else h["sliding_window"]
-    local_window = min(w_sw, window) if w_sw else window
+    taps = 0 if gen == 2 else h["qkv_conv_taps"]
+    layers = _layers(a, gen, taps)
+    sites = tuple(SitePlan(index=s, layer=layer, tables=cq_matrix(a, f"engram{s}.tables"),
+                           key_proj=cq_matrix(a, f"engram{s}.key_proj"),
+                           value_proj=cq_matrix(a, f"engram{s}.value_proj"),
+                           taps=vector_ref(a, f"engram{s}.taps"))
+                  for s, layer in enumerate(R.sites(h)))
+    mhc = MhcPlan(**{k: vector_ref(a, "mhc." + k) for k in MHC_MAPS},
+                  **{k: cq_matrix(a, "mhc." + k) for k in MHC_MATRICES})
+    embedding = cq_matrix(a, "embedding")
 
-    layers, n_local, n_global = [], 0, 0
-    vec_roles = N2_LAYER_VEC if gen == 2 else N3_LAYER_VEC + (N3_TAPS if taps else ())
-    for l in range(L):
-        p = f"layer{l:02d}."
-        local = l not in globals_
-        layers.append({
-            "index": l,
-            "vec": {k: _vec_plan(a, p + k) for k in vec_roles},
-            "cq": {k: _cq_plan(a, p + k) for k in LAYER_CQ},
-            "site": R.sites(h).index(l) if l in R.sites(h) else -1,
-            "local": local,
-            "ring": n_local if local else n_global,   # index among layers of its kind
-        })
-        n_local, n_global = n_local + local, n_global + (not local)
-    mhc_vec = {k: _vec_plan(a, "mhc." + k) for k in ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")}
-    mhc_cq = {k: _cq_plan(a, "mhc." + k) for k in ("phi_pre", "phi_post", "phi_res")}
-    sites = []
-    for s in range(S):
-        sites.append({"index": s, "layer": R.sites(h)[s],
-                      "tables": _cq_plan(a, f"engram{s}.tables"),
-                      "key_proj": _cq_plan(a, f"engram{s}.key_proj"),
-                      "value_proj": _cq_plan(a, f"engram{s}.value_proj"),
-                      "taps": _vec_plan(a, f"engram{s}.taps")})
-    embedding = _cq_plan(a, "embedding")
-
-    all_cq = [embedding] + list(mhc_cq.values()) + [c for ly in layers for c in ly["cq"].values()]
-    all_cq += [s[k] for s in sites for k in ("tables", "key_proj", "value_proj")]
-    widths = sorted({c["bits"] for c in all_cq})
-    codebooks = []
-    for bits in widths:
-        table, s_c = nm.int8_levels(bits, a.codebook)
-        levels = quant.level_table(bits, a.codebook)
-        codebooks.append({"bits": bits, "kind": "ternary" if bits == TERNARY else f"cq{bits}",
-                          "int8": [int(x) for x in table], "s_c": float(s_c),
-                          "levels": [0.0 if math.isnan(x) else float(x) for x in levels]})
-    kv_levels = []
+    # the matrices every decode step multiplies through the A8 GEMV (not the tied head)
+    gemv = [*mhc.matrices, *(m for ly in layers for m in ly.matrices),
+            *(m for s in sites for m in (s.key_proj, s.value_proj))]
+    all_cq = [embedding, *gemv, *(s.tables for s in sites)]
+    kv_cq_levels = None
     if h["kv_bits"] != 8:
         lv, mids = nm.kv_cq_levels(h["kv_bits"], a.codebook)
-        kv_levels = {"levels": [float(x) for x in lv], "mids": [float(x) for x in mids]}
+        kv_cq_levels = KvCqLevels(levels=tuple(float(x) for x in lv), mids=tuple(float(x) for x in mids))
 
-    orders = R.orders(h)
-    T_e = h["num_engram_tables"]
-    heads_per_order = T_e // len(orders) if orders else 0
-    seed_stride = heads_per_order if gen == 2 or not h["engram_seed_heads"] else h["engram_seed_heads"]
-    E = T_e * h["engram_sub_dim"]
-    max_in_pad = max(c["in_pad"] for c in all_cq if c["role"] != "embedding" and
-                     not c["role"].endswith(".tables"))
-    # KV coding: Needle 2 int8 in groups of 32; Needle 3 one group per head vector
-    int8_group_k, int8_group_v = kv.int8_group_k, kv.int8_group_v
-    k_code, k_groups, v_code, v_groups = kv.k_code_bytes, kv.k_groups, kv.v_code_bytes, kv.v_groups
-    kv_bytes = kv.cache_bytes
-    assert (n_local, n_global, local_window) == (kv.n_local, kv.n_global, kv.local_window)
-    dir_end = HEADER_BYTES[gen] + 4 * CODEBOOK_LEN + RECORD_BYTES * len(a.records)
-    tok = a.records[-1]
-    # weight bytes a decode step reads: every matrix-vector product streams its whole
-    # matrix (the tied head only its first V_out rows, plus the embedding row); row gathers
-    # read one row per table; FP16/FP32 control tensors are read once.
-    streamed = sum(c["nbytes"] for c in all_cq if not c["role"].endswith(".tables") and c is not embedding)
-    streamed += embedding["nbytes"] // V * (v_out + 1)
-    streamed += sum(s["tables"]["nbytes"] // s["tables"]["rows"] * T_e for s in sites)
-    streamed += sum(r.nbytes for r in a.records if r.dtype != CQ and r.role != "tokenizer"
-                    and not r.role.startswith("head"))
-    ctx = {
-        "streamed_bytes": streamed,
-        "provenance": {"archive_sha256": a.sha256(), "archive_bytes": a.size,
-                       "generator_version": __version__, "board": opts.board,
-                       "kv_window_option": opts.kv_window},
-        "kernels": opts.kernels,
-        "warnings": warnings,
-        "generation": gen,
-        "header": dict(h),
-        "tag": h["tag"],
-        "boot_hash": fnv1a64(memoryview(a.data)[:dir_end]),
-        "boot_hash_bytes": dir_end,
-        "archive_bytes": a.size,
-        "d": d, "V": V, "V_OUT": v_out, "L": L, "H": H, "G": G,
-        "HQ": hq, "HV": hv, "AQ": H * hq, "AV": H * hv, "KQ": G * hq, "KV": G * hv,
-        "N": N, "LANES": n, "MAX_SEQ": h["max_seq_len"], "S": S, "E": E, "T_E": T_e,
-        "SLOTS": h["engram_slots"], "SUB": h["engram_sub_dim"], "ORDERS": orders,
-        "HEADS_PER_ORDER": heads_per_order, "SEED_STRIDE": seed_stride,
-        "DILATION": h["engram_conv_dilation"], "MAX_ORDER": max(orders) if orders else 1,
-        "TAPS": taps, "W_SW": w_sw,
-        "window": window, "local_window": local_window, "n_local": n_local, "n_global": n_global,
-        "kv_bits": h["kv_bits"], "kv_k_code": k_code, "kv_k_groups": k_groups,
-        "kv_v_code": v_code, "kv_v_groups": v_groups,
-        "kv_int8_group_k": int8_group_k, "kv_int8_group_v": int8_group_v, "kv_levels": kv_levels,
-        "sqrt_d": float(nm.sqrt_f32(d)), "sqrt_hq": float(nm.sqrt_f32(hq)),
-        "inv_sqrt_g": float(quant.inv_sqrt(128)), "inv_sqrt_n": float(quant.inv_sqrt(N)),
-        "rope_inv_freq": rope_inv_freq(hq, h["rope_theta"]),
-        "max_in_pad": max_in_pad,
-        "embedding": embedding, "layers": layers, "mhc_vec": mhc_vec, "mhc_cq": mhc_cq,
-        "sites": sites, "final_norm": _vec_plan(a, "final_norm"),
-        "codebooks": codebooks, "widths": widths,
-        "tokenizer_offset": tok.offset, "tokenizer_bytes": tok.nbytes,
-        "kv_bytes": kv_bytes,
-    }
-    # multiply-accumulates of every A8 GEMV of one decode step (whole 128-groups, as computed)
-    ctx["macs_per_token"] = v_out * embedding["in_pad"] + sum(
-        c["rows"] * c["in_pad"] for c in all_cq if c is not embedding and not c["role"].endswith(".tables"))
-    ctx["heads"], ctx["head_tokens"] = _heads_plan(a, opts)
+    orders = tuple(R.orders(h))
+    tables = h["num_engram_tables"]
+    per_order = tables // len(orders) if orders else 0
+    monarch = {}
     if gen == 3:
-        ba = 1 << ((N.bit_length() - 1) // 2)
-        ctx.update(BA=ba, BB=N // ba, COND_RANK=R.N3_COND_RANK,
-                   perm1=_vec_plan(a, "hada_p1"), perm2=_vec_plan(a, "hada_p2"))
-    return ctx
+        ba = 1 << ((h["hada_n"].bit_length() - 1) // 2)
+        monarch = dict(kron_a=ba, kron_b=h["hada_n"] // ba, cond_rank=R.N3_COND_RANK,
+                       hada_perm1=vector_ref(a, "hada_p1"), hada_perm2=vector_ref(a, "hada_p2"))
+    return EnginePlan(
+        provenance=Provenance(archive_sha256=a.sha256(), archive_bytes=a.size,
+                              generator_version=__version__, board=opts.board,
+                              kv_window_option=opts.kv_window),
+        kernel_family=opts.kernels,
+        warnings=tuple(warnings),
+        generation=gen,
+        archive_tag=h["tag"],
+        boot_hash=fnv1a64(memoryview(a.data)[:a.directory_end]),
+        boot_hash_bytes=a.directory_end,
+        incbin_path=incbin_path.replace("\\", "/"),
+        gnu_stack=gnu_stack,
+        d_model=h["d_model"], vocab=h["vocab"], out_vocab=geometry.output_rows(h),
+        num_layers=h["num_layers"], heads=h["num_heads"], kv_heads=h["num_kv_heads"],
+        qk_head_dim=hq, v_head_dim=hv, hada_n=h["hada_n"], lanes=h["mhc_lanes"],
+        max_seq=h["max_seq_len"], qkv_taps=taps, sliding_window=0 if gen == 2 else h["sliding_window"],
+        engram_sites=h["num_engram_sites"], engram_tables=tables, engram_slots=h["engram_slots"],
+        engram_sub_dim=h["engram_sub_dim"], engram_orders=orders, tables_per_order=per_order,
+        engram_seed_stride=per_order if gen == 2 or not h["engram_seed_heads"] else h["engram_seed_heads"],
+        engram_dilation=h["engram_conv_dilation"],
+        kv=geometry.kv_layout(h, window),
+        kv_cq_levels=kv_cq_levels,
+        sqrt_d=float(nm.sqrt_f32(h["d_model"])), sqrt_qk_head_dim=float(nm.sqrt_f32(hq)),
+        inv_sqrt_group=float(quant.inv_sqrt(CQ_GROUP)), inv_sqrt_hada_n=float(quant.inv_sqrt(h["hada_n"])),
+        inv_sqrt_kv_group=float(quant.inv_sqrt(KV_CQ_GROUP)),
+        rope_inv_freq=tuple(rope_inv_freq(hq, h["rope_theta"])),
+        widest_a8_input=max(m.padded_cols for m in gemv),
+        embedding=embedding, layers=layers, mhc=mhc, sites=sites,
+        final_norm=vector_ref(a, "final_norm"),
+        codebooks=tuple(codebook(bits, a.codebook) for bits in sorted({m.bits for m in all_cq})),
+        streamed_bytes=geometry.streamed_bytes_per_token(a),
+        macs_per_token=geometry.macs_per_token(a),
+        head_plans=_head_plans(a, opts.head_tokens),
+        head_tokens=opts.head_tokens if opts.head_tokens and a.heads else 0,
+        **monarch,
+    )

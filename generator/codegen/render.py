@@ -1,19 +1,22 @@
 """Emit: render the Jinja2 templates of templates/ into C, assembly and linker text.
 
-This module only renders; every decision is made by the planner, which hands over plain
-data.  The environment is strict (undefined names are errors), trims block lines, and
-offers a few filters that keep emitted numbers exact and readable.
+This module only renders; every decision is made by the planner, which hands over a typed
+plan (templates read it as ``plan``).  The environment is strict: an undefined name or a
+misspelt attribute stops generation with a CactError naming the template and line.  It
+trims block lines and offers a few filters that keep emitted numbers exact and readable.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import struct
-from pathlib import Path
+import sys
 
 import jinja2
 
+from generator.errors import CactError
 from generator.paths import TEMPLATES_DIR
-
 
 
 def c_float(value) -> str:
@@ -65,5 +68,29 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(template: str, context: dict) -> str:
-    return environment().get_template(template).render(**context)
+def _template_line(template: str, tb) -> str:
+    """The innermost template frame of a traceback, as "name line N" (Jinja maps the
+    compiled frames back to template lines)."""
+    where = template
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.endswith(".j2"):
+            where = f"{name.replace(str(TEMPLATES_DIR), '').lstrip('/')} line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def render(template: str, context) -> str:
+    """Render `template` (a name under templates/) with a typed plan, seen as ``plan``, or a
+    dict of top-level names."""
+    if dataclasses.is_dataclass(context) and not isinstance(context, type):
+        names = {"plan": context}
+    else:
+        names = dict(context)
+    try:
+        return environment().get_template(template).render(**names)
+    except jinja2.UndefinedError as exc:
+        # Jinja names the object by its qualified class ("generator.codegen.plan.EnginePlan
+        # object"); the class alone reads better and is unique among the plan types.
+        message = re.sub(r"'(?:\w+\.)+(\w+ object)'", r"'\1'", exc.message or "undefined value")
+        raise CactError(f"template {_template_line(template, sys.exc_info()[2])}: {message}") from None

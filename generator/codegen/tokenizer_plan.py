@@ -1,4 +1,4 @@
-"""Plan of the generated C tokenizer: plain data for templates/needle_tokenizer.{h,c}.j2.
+"""Plan of the generated C tokenizer: a `TokenizerPlan` for templates/needle_tokenizer.{h,c}.j2.
 
 The generated C reads the archive's RAW tokenizer blob (cact-format.md section 11) in place,
 from the linked ``needle_cact[]`` bytes, and never parses it at run time: every offset,
@@ -20,14 +20,12 @@ What the template uses (docs/prompt.md section 3, "The generated C tokenizer"):
 * ``score_rank``: per piece the dense rank of its f32 score (``rank_type``), so the BPE
   compares small integers instead of floats, with exactly the same order and ties;
 * ``byte_ids``: the 256 BYTE piece ids (all ``unk_id`` when byte_fallback is 0).
-
-Also returned for other users (not needed by the C): per-piece absolute surface offsets,
-lengths, exact f32 scores (as Python floats and raw u32 bits) and types.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from generator import __version__
 from generator.errors import CactError
@@ -46,7 +44,38 @@ def _c_type(max_value: int) -> str:
     raise CactError(f"value {max_value} does not fit in 32 bits")
 
 
-def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> dict:
+@dataclass(frozen=True)
+class TokenizerPlan:
+    """Everything the tokenizer templates render, resolved at generation time."""
+
+    archive_sha256: str
+    archive_bytes: int
+    generator_version: str
+    blob_offset: int                 # absolute offset of the RAW tokenizer blob
+    blob_nbytes: int
+    n_pieces: int
+    pad_id: int
+    eos_id: int
+    bos_id: int
+    unk_id: int
+    add_dummy_prefix: int
+    byte_fallback: int
+    max_text: int                    # bytes of text the encoder accepts
+    max_piece_bytes: int             # longest surface
+    id_type: str                     # C type of a piece id (0xFFFF free as "no piece")
+    pos_type: str                    # C type of a position in the encoder's virtual text
+    off_type: str                    # C type of rec_offsets
+    rank_type: str                   # C type of score_rank
+    rec_offsets: tuple[int, ...]     # n_pieces + 1 surface starts, relative to the blob
+    sorted_ids: tuple[int, ...]      # ids in memcmp order of their surfaces
+    first_index: tuple[int, ...]     # 257 bounds of each first byte's run in sorted_ids
+    score_rank: tuple[int, ...]      # dense rank of each piece's f32 score
+    markers: tuple[int, ...]         # USER_DEFINED ids in matching order
+    marker_first: tuple[int, ...]    # 8 words: bit set for each marker's first byte
+    byte_ids: tuple[int, ...]        # id of the BYTE piece of each byte value
+
+
+def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> TokenizerPlan:
     """Everything the tokenizer templates need, resolved at generation time."""
     if not isinstance(max_text, int) or not 1 <= max_text <= 0x3FFFFFFF:
         raise CactError(f"max_text {max_text!r} must be an integer in 1..{0x3FFFFFFF}")
@@ -58,8 +87,7 @@ def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> dict:
 
     # Walk the records exactly as cact-format.md section 11 lays them out and cross-check
     # every field against the parsed tokenizer, so the tables cannot disagree with the blob.
-    rel = []
-    abs_offsets, lengths, scores, score_bits, types = [], [], [], [], []
+    rel, abs_offsets, lengths, scores, types = [], [], [], [], []
     pos = HEADER.size
     for i, (score, ptype, surface) in enumerate(tok.pieces):
         raw = surface.encode("utf-8")
@@ -74,7 +102,6 @@ def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> dict:
         abs_offsets.append(base + start)
         lengths.append(f_len)
         scores.append(f_score)
-        score_bits.append(bits)
         types.append(ptype)
         pos = start + f_len
     if pos != rec.nbytes:
@@ -118,63 +145,18 @@ def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> dict:
     rank_of = {v: r for r, v in enumerate(distinct)}
     score_rank = [rank_of[v] for v in scores]
 
-    max_len = max(lengths)
-    # Positions of the encoder's virtual text (dummy prefix + text) run 0..max_text + 1; two
-    # more values serve as "none" and "dead" sentinels.
-    pos_type = _c_type(max_text + 3)
-    return {
-        "provenance": {"archive_sha256": archive.sha256(), "archive_bytes": archive.size,
-                       "generator_version": __version__},
-        "blob_offset": base,
-        "blob_nbytes": rec.nbytes,
-        "n_pieces": n,
-        "pad_id": tok.pad_id,
-        "eos_id": tok.eos_id,
-        "bos_id": tok.bos_id,
-        "unk_id": tok.unk_id,
-        "add_dummy_prefix": tok.add_dummy_prefix,
-        "byte_fallback": tok.byte_fallback,
-        "max_text": max_text,
-        "max_piece_bytes": max_len,
-        # template tables
-        "id_type": _c_type(n),  # n <= 65535 leaves 0xFFFF free as "no piece"
-        "pos_type": pos_type,
-        "off_type": _c_type(rel[-1]),
-        "rec_offsets": rel,
-        "sorted_ids": sorted_ids,
-        "first_index": first_index,
-        "score_rank": score_rank,
-        "rank_type": _c_type(len(distinct) - 1),
-        "markers": markers,
-        "marker_first": first_mask,
-        "byte_ids": byte_ids,
-        # per-piece data for other users
-        "piece_offsets": abs_offsets,
-        "piece_lengths": lengths,
-        "scores": scores,
-        "score_bits": score_bits,
-        "types": types,
-    }
-
-
-def table_bytes(p: dict) -> dict:
-    """Flash bytes of the tables the C template emits (for the docs and the build report)."""
-    size = {"uint16_t": 2, "uint32_t": 4}
-    t = {
-        "rec_offsets": len(p["rec_offsets"]) * size[p["off_type"]],
-        "sorted_ids": len(p["sorted_ids"]) * size[p["id_type"]],
-        "first_index": 257 * size[p["id_type"]],
-        "score_rank": len(p["score_rank"]) * size[p["rank_type"]],
-        "markers": len(p["markers"]) * size[p["id_type"]],
-        "marker_first": 32,
-        "byte_ids": 256 * size[p["id_type"]],
-    }
-    t["total"] = sum(t.values())
-    return t
-
-
-def ram_bytes(p: dict) -> int:
-    """Static RAM of the encoder's work arrays: next, prev, heap and heap-position arrays of
-    positions plus one pair-rank array, each max_text + 2 entries."""
-    size = {"uint16_t": 2, "uint32_t": 4}
-    return (p["max_text"] + 2) * (4 * size[p["pos_type"]] + size[p["rank_type"]])
+    return TokenizerPlan(
+        archive_sha256=archive.sha256(), archive_bytes=archive.size, generator_version=__version__,
+        blob_offset=base, blob_nbytes=rec.nbytes, n_pieces=n,
+        pad_id=tok.pad_id, eos_id=tok.eos_id, bos_id=tok.bos_id, unk_id=tok.unk_id,
+        add_dummy_prefix=tok.add_dummy_prefix, byte_fallback=tok.byte_fallback,
+        max_text=max_text, max_piece_bytes=max(lengths),
+        id_type=_c_type(n),  # n <= 65535 leaves 0xFFFF free as "no piece"
+        # positions of the encoder's virtual text (dummy prefix + text) run 0..max_text + 1;
+        # two more values serve as "none" and "dead" sentinels
+        pos_type=_c_type(max_text + 3),
+        off_type=_c_type(rel[-1]), rank_type=_c_type(len(distinct) - 1),
+        rec_offsets=tuple(rel), sorted_ids=tuple(sorted_ids), first_index=tuple(first_index),
+        score_rank=tuple(score_rank), markers=tuple(markers), marker_first=tuple(first_mask),
+        byte_ids=tuple(byte_ids),
+    )
