@@ -18,7 +18,7 @@ Two kinds, one JSON object each (the last line printed):
   to cancel start-up.  Each count is taken twice to show it repeats exactly.
 
 `python -m generator bench ARCHIVE --engine CMD` (the old entry point) times one engine;
-`python -m generator.bench ARCHIVE --engine CMD [--scalar-engine CMD] [--board NAME]` is what
+`python -m bench.host ARCHIVE --engine CMD [--scalar-engine CMD] [--board NAME]` is what
 SConstruct calls.
 """
 
@@ -291,7 +291,7 @@ def main(archive_path: str, engine_cmd: str, n: int, scalar_cmd: str | None = No
     if board_name:
         from generator.build import boards
         board = boards.load(board_name)
-    if board and board["kernel"] == "linux" and board["emulator"]["command"]:
+    if board and board["os"] == "linux" and board["emulator"]["command"]:
         result = count_bench(archive_path, a, board, engine_cmd, scalar_cmd, n)
     else:
         result = time_bench(archive_path, a, engine_cmd, scalar_cmd, n)
@@ -300,7 +300,7 @@ def main(archive_path: str, engine_cmd: str, n: int, scalar_cmd: str | None = No
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m generator.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.host", description=__doc__.splitlines()[0])
     p.add_argument("archive")
     p.add_argument("--engine", required=True, help="command that runs the built engine")
     p.add_argument("--scalar-engine", help="command that runs the same engine with kernels=scalar")

@@ -4,6 +4,7 @@ emulator, and compare with the goldens (teacher-forced logits) and the host (gre
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,10 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import boards
-from generator.codegen import pipeline as engine
+from generator.build import boards, flags
 from generator.commands import golden
-from generator.codegen import plan
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +46,7 @@ def built(tmp_path_factory):
 
 
 def run_on(board: dict, build_dir: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    binary = build_dir / ("needle.elf" if board["kernel"] == "none" else "needle")
+    binary = build_dir / ("needle.elf" if board["os"] == "none" else "needle")
     image = build_dir / "archive.bin"
     cmd = boards.run_command(board, str(binary), [str(a) for a in args],
                              str(image) if image.exists() else None)
@@ -118,7 +117,7 @@ def test_archive_too_big_for_the_board_fails_with_numbers(tmp_path):
     board["memory"]["regions"][2]["length"] = 65536
     with pytest.raises(CactError, match=r"archive is [\d,]+ bytes but board watch-m4's ARCHIVE region "
                                         r"holds 65,536 \([\d,]+ over\): use a shallower ladder rung"):
-        engine.generate(str(big), str(tmp_path / "gen"), plan.Options.for_board(board))
+        boards.generate_engine(board, str(big), str(tmp_path / "gen"))
 
 
 def test_ram_overflow_fails_the_link_with_the_remedy(tmp_path):
@@ -159,3 +158,191 @@ def test_every_board_file_is_valid():
     for name in boards.names():
         b = boards.load(name)
         assert b["name"] == name
+
+
+# ---- board files: schema, inheritance, and emit loading a board like SCons does ---------
+
+@pytest.fixture
+def board_dir(tmp_path, monkeypatch):
+    """A copy of boards/ the loader reads instead (so test boards never reach board=all)."""
+    d = tmp_path / "boards"
+    shutil.copytree(ROOT / "boards", d)
+    monkeypatch.setattr(boards, "BOARDS_DIR", d)
+    return d
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('os = "none"', 'os = "none"\ncpu = "cortex-m4"'), "unknown key 'cpu'"),
+    (lambda t: t.replace("[memory]", "[memory]\nram = 1"), "unknown key memory.ram"),
+    (lambda t: t.replace("[archive]", "[archive]\nplacment = 'linked'"), "unknown key archive.placment"),
+    (lambda t: t.replace("package = \"qemu-system-arm\"", "package = \"qemu-system-arm\"\ncpu = 1"),
+     "unknown key emulator.cpu"),
+    (lambda t: t.replace('use = "code" }', 'use = "code", size = 1 }'), "unknown key memory.regions.size"),
+    (lambda t: t.replace('os = "none"', 'os = "freertos"'), "os must be linux or none"),
+    (lambda t: t.replace('os = "none"', 'kernel = "none"'), "unknown key 'kernel'"),
+])
+def test_board_file_errors_name_the_file_and_key(board_dir, edit, message):
+    path = board_dir / "watch-m4.toml"
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(CactError) as err:
+        boards.load("watch-m4")
+    assert str(err.value).startswith("board file watch-m4.toml: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_watch_m7_inherits_watch_m4():
+    m4, m7 = boards.load("watch-m4"), boards.load("watch-m7")
+    assert [p.name for p in boards.files("watch-m7")] == ["watch-m7.toml", "watch-m4.toml"]
+    assert "inherits" not in m7 and m7["name"] == "watch-m7" and "Cortex-M7" in m7["description"]
+    # its own values
+    assert m7["arch_flags"][0] == "-mcpu=cortex-m7" and "-mfpu=fpv5-d16" in m7["arch_flags"]
+    assert m7["archive"]["placement"] == "partition"
+    assert boards.region(m7, "archive")["origin"] == 0x60000000
+    assert m7["emulator"]["command"][:3] == ["qemu-system-arm", "-M", "mps2-an500"]
+    # watch-m4's, merged table by table
+    for key in ("os", "endianness", "toolchain_prefix", "toolchain_package", "kernels", "stack_bytes",
+                "max_text"):
+        assert m7[key] == m4[key], key
+    assert m7["memory"]["ram_bytes"] == m4["memory"]["ram_bytes"] == 4194304
+    assert m7["memory"]["kv_budget_bytes"] == m4["memory"]["kv_budget_bytes"]
+    assert m7["emulator"]["package"] == "qemu-system-arm" and m7["emulator"]["systick_hz"] == 25000000
+    assert boards.region(m4, "archive")["origin"] == 0x21000000      # the parent is untouched
+
+
+def test_inheritance_chains_merge_tables_and_replace_lists(board_dir):
+    (board_dir / "watch-m7-big.toml").write_text(
+        'inherits = "watch-m7"\nname = "watch-m7-big"\ndescription = "more RAM"\n'
+        'arch_flags = ["-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard"]\n'
+        '[memory]\nram_bytes = 8388608\n')
+    b = boards.load("watch-m7-big")
+    assert [p.name for p in boards.files("watch-m7-big")] == ["watch-m7-big.toml", "watch-m7.toml",
+                                                             "watch-m4.toml"]
+    assert b["memory"]["ram_bytes"] == 8388608                          # own
+    assert b["memory"]["kv_budget_bytes"] == 1048576                    # watch-m4's, same table
+    assert boards.region(b, "archive")["origin"] == 0x60000000          # watch-m7's
+    assert b["arch_flags"] == ["-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard"]   # replaced, not appended
+    assert b["description"] == "more RAM"
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a": 'inherits = "b"', "b": 'inherits = "a"'}, "board file a.toml: inherits cycle a -> b -> a"),
+    ({"a": 'inherits = "a"'}, "board file a.toml: inherits cycle a -> a"),
+    ({"a": 'inherits = "nope"'}, "board file a.toml: inherits unknown board 'nope'"),
+    ({"a": 'inherits = "b"', "b": 'inherits = "gone"'}, "board file b.toml: inherits unknown board 'gone'"),
+])
+def test_inheritance_cycles_and_unknown_parents_are_one_line(board_dir, files, message):
+    for name, text in files.items():
+        (board_dir / f"{name}.toml").write_text(f'{text}\nname = "{name}"\ndescription = "x"\n')
+    with pytest.raises(CactError) as err:
+        boards.load("a")
+    assert str(err.value) == message
+
+
+def test_a_child_states_its_own_name(board_dir):
+    (board_dir / "a.toml").write_text('inherits = "watch-m4"\ndescription = "x"\n')
+    with pytest.raises(CactError, match=r"^board file a.toml: missing key 'name'"):
+        boards.load("a")
+
+
+def test_engine_options_come_from_the_board():
+    m55 = boards.load("watch-m55")
+    opts = boards.engine_options(m55, kv_window=32, head_tokens=4)
+    assert (opts.board, opts.kv_window, opts.kv_budget, opts.max_text, opts.kernels, opts.head_tokens) == \
+        ("watch-m55", 32, 1048576, 2048, "mve", 4)
+    assert opts.board_data is m55
+    assert boards.engine_options(m55, kernels="scalar").kernels == "scalar"
+
+
+def test_x86_family_flags_are_stated_once():
+    host = boards.load("host")
+    assert "-mavx2" in flags.compile_flags(host, "x86")
+    assert "-mavx2" not in flags.compile_flags(host, "scalar")
+    m4 = boards.load("watch-m4")
+    assert flags.compile_flags(m4, "mdsp")[-2:] == ["-ffunction-sections", "-fdata-sections"]
+    assert "-Tgen/link.ld" in flags.link_flags(m4, "gen/link.ld")
+
+
+def emit(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "generator", "emit", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_emit_loads_the_board_like_scons(tmp_path):
+    archive = GOLDEN / "tiny" / "archive.cact"
+    proc = emit(archive, "-o", tmp_path / "m55", "--board", "watch-m55")
+    assert proc.returncode == 0, proc.stderr
+    m55 = tmp_path / "m55"
+    assert (m55 / "link.ld").is_file() and "ORIGIN" in (m55 / "link.ld").read_text()
+    assert '#define NK_KERNELS      "mve"' in (m55 / "needle_kernels.h").read_text()
+    assert "arm_mve.h" in (m55 / "needle_kernels.c").read_text()
+    assert "GNU-stack" not in (m55 / "needle_archive.S").read_text()
+    assert re.search(r"#define NEEDLE_TOK_MAX_TEXT\s+2048u", (m55 / "needle_tokenizer.h").read_text())
+    assert f"wrote {len(list(m55.iterdir()))} files" in proc.stdout
+    # watch-m7 keeps its archive in a partition: a linker script, no .incbin file
+    proc = emit(archive, "-o", tmp_path / "m7", "--board", "watch-m7")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m7" / "link.ld").is_file() and not (tmp_path / "m7" / "needle_archive.S").exists()
+    # the host: no linker script, a non-executable stack, its own family
+    proc = emit(archive, "-o", tmp_path / "host", "--board", "host")
+    assert proc.returncode == 0, proc.stderr
+    host = tmp_path / "host"
+    assert not (host / "link.ld").exists()
+    assert "GNU-stack" in (host / "needle_archive.S").read_text()
+    family = boards.kernel_family(boards.load("host"))
+    assert f'#define NK_KERNELS      "{family}"' in (host / "needle_kernels.h").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--board", "no-such-board"], "error: unknown board 'no-such-board'; choose one of host, "),
+    (["--kernels", "bogus"], "error: --kernels bogus: choose one of "),
+])
+def test_emit_refuses_a_bad_board_with_one_line(tmp_path, args, message):
+    proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path / "gen", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "gen").exists()
+
+
+@pytest.mark.skipif(boards.kernel_family(boards.load("host")) != "x86", reason="needs an x86-64 with AVX2")
+def test_x86_kernels_say_to_build_with_mavx2(tmp_path):
+    proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path, "--board", "host", "--kernels", "x86")
+    assert proc.returncode == 0, proc.stderr
+    cc = subprocess.run(["gcc", "-std=c11", "-mno-avx2", "-c", str(tmp_path / "needle_kernels.c"),
+                         "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert cc.returncode != 0 and "kernel family x86 needs AVX2: build with -mavx2" in cc.stderr
+
+
+# Imported while generating but unable to change the output: the reference models, which
+# generator/model/__init__.py imports and codegen never calls.
+NOT_IN_SIGNATURE = {"generator/model/__init__.py", "generator/model/needle2.py", "generator/model/needle3.py"}
+
+
+def test_engine_signature_is_exactly_what_generation_runs(tmp_path):
+    """SIGNATURE_SOURCES (scons_tool.py) lists every generator module a generation imports
+    -- a bare-metal board (linker script) and the host -- and nothing else."""
+    from generator.build import scons_tool
+    code = ("import sys; from generator.build import boards\n"
+            f"for b in ('watch-m7', 'host'):\n"
+            f"    boards.generate_engine(boards.load(b), {str(GOLDEN / 'tiny' / 'archive.cact')!r}, "
+            f"{str(tmp_path)!r} + '/' + b)\n"
+            "print('\\n'.join(m.__file__ for m in list(sys.modules.values()) "
+            "if getattr(m, '__file__', None)))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = {str(Path(f).resolve().relative_to(ROOT)) for f in proc.stdout.split()
+              if Path(f).resolve().is_relative_to(ROOT / "generator")}
+    listed = {str(p.relative_to(ROOT)) for pattern in scons_tool.SIGNATURE_SOURCES
+              for p in ROOT.glob(pattern.lstrip("#")) if p.suffix == ".py"}
+    assert loaded - NOT_IN_SIGNATURE == listed
+    templates = {str(p.relative_to(ROOT)) for pattern in scons_tool.SIGNATURE_SOURCES
+                 for p in ROOT.glob(pattern.lstrip("#")) if p.suffix == ".j2"}
+    assert "templates/link.ld.j2" in templates and "templates/kernels/mve.c.j2" in templates
+    assert not any(t.startswith("templates/bench/") for t in templates)   # the driver is no engine input
+
+
+def test_engine_depends_on_the_inherited_board_file(tmp_path):
+    if boards.missing_tools(boards.load("watch-m7")):
+        pytest.skip(boards.missing_tools(boards.load("watch-m7")))
+    proc = scons("board=watch-m7", f"build={tmp_path}", "--tree=prune", "-n",
+                 str(tmp_path / "gen" / "needle_model.c"))
+    assert "boards/watch-m7.toml" in proc.stdout and "boards/watch-m4.toml" in proc.stdout
+    assert "templates/bench" not in proc.stdout and "generator/build/flags.py" not in proc.stdout

@@ -26,10 +26,8 @@ import numpy as np
 import pytest
 
 from bench import host as bench
-from generator.build import boards
-from generator.codegen import pipeline as engine
+from generator.build import boards, flags
 from generator.commands import golden
-from generator.codegen import plan
 from generator.commands import synth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +38,6 @@ GOLDEN_BOARD = {"x86": "host", "neon64": "rpi5", "neon64-dot": "rpi5", "neon32":
                 "armv6": "router-ipq40xx"}
 NATIVE_BOARD = {"x86": "host", "neon64": "rpi-zero2", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
                 "armv6": "rpi-zero"}
-WARNINGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off"]
 
 
 def unavailable(family: str, board_name: str) -> str | None:
@@ -240,16 +237,14 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     root, archive = unit_gen
     board = boards.load(board_name)
     gen = tmp_path / "gen"
-    ctx = engine.generate(str(archive), str(gen), plan.Options.for_board(board, kernels=family),
-                          incbin_path=str(archive))
-    widths = sorted({cb["bits"] for cb in ctx["codebooks"]})
+    ctx = boards.generate_engine(board, str(archive), str(gen), incbin_path=str(archive), kernels=family)
+    widths = sorted(cb.bits for cb in ctx.codebooks)
     assert widths == [2, 3, 4, 5]
     (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
-    flags = WARNINGS + board["arch_flags"] + (["-mavx2"] if family == "x86" else [])
-    flags += ["-static"] if board["toolchain_prefix"] else []
     exe = tmp_path / "driver"
     cc = boards.compiler(board)
-    proc = subprocess.run([cc, *flags, f"-I{gen}", str(tmp_path / "driver.c"), "-o", str(exe), "-lm"],
+    proc = subprocess.run([cc, *flags.compile_flags(board, family), f"-I{gen}", str(tmp_path / "driver.c"),
+                           *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = run_on(board, exe, [], tmp_path)

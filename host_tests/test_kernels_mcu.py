@@ -4,9 +4,9 @@ kernels, unit by unit, under QEMU; and the Cortex-M benchmark (`scons ... bench=
 The golden archives themselves (logits bit-identical, greedy continuations identical) are
 covered by test_boards.py, which builds every board with its own kernel family.  Here:
 
-* a generated C driver (generator/bench_mcu.py) calls the family's nk_gemv_a8 and
-  nk_a8_quantize and the scalar nk_gemv_a8_scalar / nk_a8_quantize_scalar on random inputs:
-  every width code (binary, 2, 3, 4 bits, ternary), row counts 1..13 (all remainders of
+* a generated C driver (bench/mcu.py, templates/bench/kernel_driver.c.j2) calls the
+  family's nk_gemv_a8 and nk_a8_quantize and the scalar nk_gemv_a8_scalar /
+  nk_a8_quantize_scalar on random inputs: every width code (binary, 2, 3, 4 bits, ternary), row counts 1..13 (all remainders of
   the 2- and 4-row blocks), 1..5 groups, a row offset, ordinary and odd norms (zero,
   subnormal, negative, infinite, NaN), a zero and a tiny activation scale; activations of
   lengths 1..640 (padding), ordinary, tiny, subnormal, sparse, huge, tie-rounding, all-zero

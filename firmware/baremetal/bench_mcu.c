@@ -3,7 +3,7 @@
  *
  * Under `qemu-system-arm -icount shift=0` every instruction advances virtual time by 1 ns,
  * so a tick is 1e9 / (the machine's SysTick clock) instructions, deterministically; the
- * host side (generator/bench_mcu.py) converts.  On silicon the same counts are CPU cycles
+ * host side (bench/mcu.py) converts.  On silicon the same counts are CPU cycles
  * divided by the SysTick prescale (1 with CLKSOURCE = processor clock).  The 24-bit counter
  * wraps every 2^24 ticks: its interrupt counts the wraps, through a copy of the vector table
  * in RAM whose SysTick entry is ours (VTOR), so startup.c stays as it is.
@@ -87,7 +87,7 @@ int needle_bench(uint32_t tokens)
     needle_reset();
     timer_start();
     uint64_t t0 = ticks();
-    for (uint32_t t = 0; t < tokens; t++) {      /* the sequence of generator/bench.py */
+    for (uint32_t t = 0; t < tokens; t++) {      /* the sequence of bench/host.py */
         uint32_t id = t == 0 ? NEEDLE_BOS_ID : (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB);
         if (!(lg = needle_step(id))) break;
     }

@@ -3,7 +3,7 @@
  *
  * With NEEDLE_BENCH=count in the environment the same 2N steps run without any clock,
  * memcpy or float formatting, so the executed instruction count depends on N alone: the
- * instruction-count benchmark under qemu-user (generator/bench.py) subtracts two such runs. */
+ * instruction-count benchmark under qemu-user (bench/host.py) subtracts two such runs. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

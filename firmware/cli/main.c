@@ -21,9 +21,7 @@
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
-#ifdef NEEDLE_HAVE_BENCH
 #include "bench.h"
-#endif
 
 #define TOOLS_FILE_MAX (64u * 1024u)
 #define PROMPT_MAX     NEEDLE_TOK_MAX_TEXT
@@ -231,11 +229,7 @@ int needle_cli(int argc, char **argv)
 
     if (needle_boot()) return fail(3, "%s", needle_error());
     if (info) { print_info(); return 0; }
-#ifdef NEEDLE_HAVE_BENCH
     if (bench) return needle_bench(bench);
-#else
-    if (bench) return fail(2, "--bench is not available on board %s (see README, Benchmarks)", NEEDLE_BOARD);
-#endif
     if (tokens) return run_tokens(tokens, logits, heads);
     if (tools || query) {
         if (!tools || !query) return fail(2, "--tools and --query go together");

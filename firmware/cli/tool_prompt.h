@@ -1,7 +1,7 @@
 /* tool_prompt.h -- render the Needle tool-calling prompt (prompt-and-tokenizer.md 4.1).
  *
  * Hand-written, no heap, no stdio: the caller passes the output buffer.  The rules are in
- * docs/prompt.md; generator/prompt.py is the Python twin and gives identical bytes and
+ * docs/prompt.md; generator/commands/prompt.py is the Python twin and gives identical bytes and
  * identical error messages.
  */
 #ifndef NEEDLE_TOOL_PROMPT_H

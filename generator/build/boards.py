@@ -1,14 +1,18 @@
 """Board files (boards/*.toml): one file per target, validated against a small schema.
 
-A board states its CPU, compiler flags, float ABI, endianness, kernel family, toolchain
-and the Debian package that provides it, its memory budgets and (bare metal) memory
-regions, where the archive goes (`linked` into the image, or a separately flashed
-`partition`), and how to run a binary (emulator command).  Adding a board is adding one
-file; `schema()` below is the whole contract.
+A board states its compiler flags (`arch_flags`: CPU, FPU, float ABI), endianness, operating
+system (`os`: linux or none), kernel family, toolchain and the Debian package that provides
+it, its memory budgets and (bare metal) memory regions, where the archive goes (`linked`
+into the image, or a separately flashed `partition`), and how to run a binary (emulator
+command).  A board may start from another (`inherits = "watch-m4"`): tables are merged key
+by key, anything else (lists included) is replaced; `name` and `description` are never
+inherited.  Adding a board is adding one file; the tables below are the whole contract and
+any other key is an error.
 """
 
 from __future__ import annotations
 
+import platform
 import shlex
 import shutil
 import tomllib
@@ -17,14 +21,25 @@ from pathlib import Path
 from generator.errors import CactError
 from generator.paths import BOARDS_DIR, KERNELS_DIR
 
-
-SCHEMA = {
-    "name": str, "description": str, "cpu": str, "arch": str, "arch_flags": list,
-    "fpu": str, "float_abi": str, "endianness": str, "kernel": str,
-    "toolchain_prefix": str, "toolchain_package": str, "kernels": str,
-    "memory": dict, "archive": dict, "emulator": dict,
+# key -> (type, required).  Bare-metal boards also need stack_bytes, max_text and
+# memory.regions (checked in load()).
+TOP_KEYS = {
+    "name": (str, True), "description": (str, True), "inherits": (str, False),
+    "arch_flags": (list, True), "endianness": (str, True), "os": (str, True),
+    "toolchain_prefix": (str, True), "toolchain_package": (str, True), "kernels": (str, True),
+    "stack_bytes": (int, False), "max_text": (int, False),
+    "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
 }
-MEMORY_KEYS = {"ram_bytes": int, "kv_budget_bytes": int, "flash_bytes": int}
+TABLE_KEYS = {
+    "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
+               "regions": (list, False)},
+    "archive": {"placement": (str, True)},
+    "emulator": {"command": (list, True), "package": (str, True), "systick_hz": (int, False)},
+}
+REGION_KEYS = ("name", "origin", "length", "use")
+REGION_USES = ("code", "data", "archive")
+OWN_KEYS = ("name", "description")      # every file states these itself
+DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
 
 
 def families() -> list[str]:
@@ -37,7 +52,6 @@ def kernel_family(board: dict) -> str:
     fam = board["kernels"]
     if fam != "auto":
         return fam
-    import platform
     try:
         flags = open("/proc/cpuinfo").read()
     except OSError:
@@ -45,52 +59,126 @@ def kernel_family(board: dict) -> str:
     if platform.machine() in ("x86_64", "AMD64") and " avx2" in flags and "x86" in families():
         return "x86"
     return "scalar"
-REGION_USES = ("code", "data", "archive")
 
 
 def names() -> list[str]:
     return sorted(p.stem for p in BOARDS_DIR.glob("*.toml"))
 
 
-def load(name: str) -> dict:
-    path = BOARDS_DIR / f"{name}.toml"
-    if not path.is_file():
-        raise CactError(f"unknown board {name!r}; choose one of {', '.join(names())}")
+def _path(name: str) -> Path:
+    return BOARDS_DIR / f"{name}.toml"
+
+
+def _read(name: str) -> dict:
+    """One board file, parsed, its keys checked against the schema (not yet its values)."""
+    path = _path(name)
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise CactError(f"board file {path.name}: {exc}") from None
+    for key in data:
+        if key not in TOP_KEYS:
+            raise CactError(f"board file {path.name}: unknown key {key!r}")
+    for table, keys in TABLE_KEYS.items():
+        if isinstance(data.get(table), dict):
+            for key in data[table]:
+                if key not in keys:
+                    raise CactError(f"board file {path.name}: unknown key {table}.{key}")
+    for key in OWN_KEYS:
+        if key not in data:
+            raise CactError(f"board file {path.name}: missing key {key!r} (every file states its own)")
+    return data
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Tables merged key by key; anything else (lists included) replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve(name: str) -> tuple[dict, list[Path]]:
+    """The board file with its parents merged in, and the files it came from (child first)."""
+    chain, data, first = [], {}, None
+    while True:
+        path = _path(name)
+        if name in chain:
+            raise CactError(f"board file {_path(chain[0]).name}: inherits cycle "
+                            f"{' -> '.join(chain + [name])}")
+        if not path.is_file():
+            if not chain:
+                raise CactError(f"unknown board {name!r}; choose one of {', '.join(names())}")
+            raise CactError(f"board file {_path(chain[-1]).name}: inherits unknown board {name!r}")
+        chain.append(name)
+        own = _read(name)
+        first = first or own
+        data = _merge(own, data) if data else own
+        if "inherits" not in own:
+            break
+        if not isinstance(own["inherits"], str):
+            raise CactError(f"board file {path.name}: 'inherits' must be a str")
+        name = own["inherits"]
+    for key in OWN_KEYS:                 # the child's, never a parent's
+        data[key] = first[key]
+    data.pop("inherits", None)
+    return data, [_path(n) for n in chain]
+
+
+def files(name: str) -> list[Path]:
+    """The board file and every file it inherits from (all of them shape the board)."""
+    return _resolve(name)[1]
+
+
+def load(name: str) -> dict:
+    """The board as a plain dict, inheritance resolved and every value checked."""
+    data, paths = _resolve(name)
+    fname = paths[0].name
 
     def bad(msg: str):
-        raise CactError(f"board file {path.name}: {msg}")
+        raise CactError(f"board file {fname}: {msg}")
 
-    for key, typ in SCHEMA.items():
-        if key not in data:
-            bad(f"missing key {key!r}")
-        if not isinstance(data[key], typ):
+    for key, (typ, required) in TOP_KEYS.items():
+        if key in data and not isinstance(data[key], typ):
             bad(f"{key!r} must be a {typ.__name__}")
+        if required and key not in data:
+            bad(f"missing key {key!r}")
+    for table, keys in TABLE_KEYS.items():
+        for key, (typ, required) in keys.items():
+            if key in data[table] and not isinstance(data[table][key], typ):
+                bad(f"{table}.{key} must be a {typ.__name__}")
+            if required and key not in data[table]:
+                bad(f"missing key {table}.{key}")
     if data["name"] != name:
         bad(f"name is {data['name']!r}, expected {name!r}")
+    if not all(isinstance(f, str) for f in data["arch_flags"]):
+        bad("arch_flags must be a list of strings")
     if data["endianness"] not in ("little", "big"):
         bad("endianness must be little or big")
-    if data["kernel"] not in ("linux", "none"):
-        bad("kernel must be linux or none")
-    for key, typ in MEMORY_KEYS.items():
-        if not isinstance(data["memory"].get(key), typ) or data["memory"][key] <= 0:
+    if data["os"] not in ("linux", "none"):
+        bad("os must be linux or none")
+    for key in ("ram_bytes", "kv_budget_bytes", "flash_bytes"):
+        if data["memory"][key] <= 0:
             bad(f"memory.{key} must be a positive integer")
     if data["kernels"] not in families() + ["auto"]:
         bad(f"kernels must be one of {', '.join(families())} (templates/kernels/), or auto")
-    if data["archive"].get("placement") not in ("linked", "partition"):
+    if data["archive"]["placement"] not in ("linked", "partition"):
         bad("archive.placement must be linked or partition")
-    if not isinstance(data["emulator"].get("command"), list):
-        bad("emulator.command must be a list")
-    if not isinstance(data["emulator"].get("package"), str):
-        bad("emulator.package must name the Debian package of the emulator ('' for none)")
-    if data["kernel"] == "none":
+    if data["emulator"].get("systick_hz", 1) <= 0:
+        bad("emulator.systick_hz must be a positive integer")
+    if data["os"] == "none":
         regions = data["memory"].get("regions")
-        if not isinstance(regions, list) or not regions:
+        if not regions:
             bad("bare-metal boards need memory.regions")
         for r in regions:
+            if not isinstance(r, dict):
+                bad(f"region {r!r} must be a table")
+            extra = sorted(set(r) - set(REGION_KEYS))
+            if extra:
+                bad(f"unknown key memory.regions.{extra[0]} (region keys: {', '.join(REGION_KEYS)})")
             if not (isinstance(r.get("name"), str) and isinstance(r.get("origin"), int)
                     and isinstance(r.get("length"), int) and r.get("use") in REGION_USES):
                 bad(f"region {r!r} needs name, origin, length and use ({', '.join(REGION_USES)})")
@@ -98,12 +186,36 @@ def load(name: str) -> dict:
             if sum(r["use"] == use for r in regions) != 1:
                 bad(f"exactly one region must have use = {use!r}")
         for key in ("stack_bytes", "max_text"):
-            if not isinstance(data.get(key), int) or data[key] <= 0:
+            if key not in data or data[key] <= 0:
                 bad(f"{key} must be a positive integer")
-    elif data["archive"]["placement"] != "linked":
-        bad("Linux boards link the archive into the executable (placement = linked)")
-    data.setdefault("max_text", 16384)
+    else:
+        if data["archive"]["placement"] != "linked":
+            bad("Linux boards link the archive into the executable (placement = linked)")
+        if "stack_bytes" in data or "regions" in data["memory"]:
+            bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+    data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
+
+
+def engine_options(board: dict, kv_window: int | None = None, kernels: str | None = None,
+                   head_tokens: int = 0):
+    """The code generator's options for this board (kernels: force a family)."""
+    from generator.codegen import plan
+    return plan.Options(board=board["name"], kv_window=kv_window,
+                        kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
+                        board_data=board, kernels=kernels or kernel_family(board),
+                        head_tokens=head_tokens)
+
+
+def generate_engine(board: dict, archive_path: str, out_dir: str, incbin_path: str | None = None,
+                    kv_window: int | None = None, kernels: str | None = None, head_tokens: int = 0):
+    """Render the board's engine into out_dir, as `scons` and `python -m generator emit` do:
+    the board's kernel family and text limit, a linker script on bare metal, a
+    non-executable-stack note on Linux.  Returns the engine plan."""
+    from generator.codegen import pipeline
+    opts = engine_options(board, kv_window=kv_window, kernels=kernels, head_tokens=head_tokens)
+    return pipeline.generate(archive_path, out_dir, opts, incbin_path=incbin_path,
+                             gnu_stack=board["os"] == "linux")
 
 
 def region(board: dict, use: str) -> dict:
@@ -129,7 +241,7 @@ def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str |
 def run_command(board: dict, binary: str, args: list[str], archive_image: str | None = None) -> list[str]:
     """The command that runs `binary args...` on the board (natively or under its emulator)."""
     emu = list(board["emulator"]["command"])
-    if board["kernel"] == "linux":
+    if board["os"] == "linux":
         return emu + [binary] + list(args)
     cmd = emu + ["-kernel", binary, "-append", " ".join(_quote(a) for a in args)]
     if board["archive"]["placement"] == "partition":

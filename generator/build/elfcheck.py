@@ -179,7 +179,7 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
                 rep.ram[sec.name] = sec["sh_size"]
             elif flags & SH_FLAGS.SHF_WRITE:
                 rep.ram[sec.name] = sec["sh_size"]
-                if board["kernel"] == "none" and sec["sh_type"] != "SHT_NOBITS":
+                if board["os"] == "none" and sec["sh_type"] != "SHT_NOBITS":
                     rep.flash[sec.name + " (load image)"] = sec["sh_size"]
             else:
                 rep.flash[sec.name] = sec["sh_size"]

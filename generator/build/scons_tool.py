@@ -1,7 +1,8 @@
 """SCons tool: the needle-fw generator and post-link checks as builders.
 
 * ``env.NeedleEngine(gen_dir, archive)`` renders every engine file into gen_dir.  Its
-  signature covers the archive, every template, every generator module and the board
+  signature covers the archive, the engine templates, the generator modules a generation
+  runs (SIGNATURE_SOURCES), the board file (and those it inherits from) and the engine
   options, so a change to any of them regenerates and nothing else does.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report; on failure the image is deleted so no bad firmware is left.
@@ -10,23 +11,29 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import SCons.Action
 import SCons.Builder
 from SCons.Script import Dir, File, Glob
 
 from generator.build import boards, elfcheck
-from generator.codegen import pipeline, plan
+from generator.codegen import pipeline
 from generator.errors import CactError
 
 
-# What can change the generated code, and nothing else: the archive format, the numerics
-# the planner bakes in, the code generator, the board loader and the engine templates.
-# (The reference model, the user commands and the benchmark drivers are not in it.)
+# What can change the generated code, and nothing else: the modules a generation runs (the
+# archive reader, the numerics and geometry the planner bakes in, the code generator, the
+# board loader) and the engine templates.  Not in it: the archive writer, the reference
+# models (imported by generator/model/__init__.py, never called), the user commands, the
+# compiler flags (generator/build/flags.py: SCons tracks command lines itself) and the
+# benchmark drivers and their templates (templates/bench/).  host_tests/test_boards.py
+# checks this list against what a generation really imports.
 SIGNATURE_SOURCES = ("#generator/__init__.py", "#generator/paths.py", "#generator/errors.py",
-                     "#generator/archive/*.py", "#generator/model/numerics.py",
-                     "#generator/model/geometry.py", "#generator/codegen/*.py",
+                     "#generator/archive/__init__.py", "#generator/archive/format.py",
+                     "#generator/archive/quant.py", "#generator/archive/reader.py",
+                     "#generator/archive/roles.py", "#generator/archive/tokenizer.py",
+                     "#generator/model/numerics.py", "#generator/model/geometry.py",
+                     "#generator/codegen/*.py", "#generator/build/__init__.py",
                      "#generator/build/boards.py", "#templates/*.j2", "#templates/kernels/*.j2")
 
 
@@ -42,28 +49,24 @@ def _board(env) -> dict:
 def _engine_emitter(target, source, env):
     gen_dir = Dir(str(target[0]))
     targets = [gen_dir.File(name) for name in pipeline.outputs(_board(env))]
-    board_file = File(f"#boards/{env['NEEDLE_BOARD']}.toml")
-    return targets, source + _generator_sources(env) + [board_file]
-
-
-def _options(env) -> plan.Options:
-    kvw = env.get("NEEDLE_KV_WINDOW") or None
-    return plan.Options.for_board(_board(env), kv_window=int(kvw) if kvw else None,
-                                   kernels=env.get("NEEDLE_KERNELS") or None,
-                                   head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
+    board_files = [File(str(p)) for p in boards.files(env["NEEDLE_BOARD"])]
+    return targets, source + _generator_sources(env) + board_files
 
 
 def _engine_action(target, source, env):
     out_dir = os.path.dirname(target[0].abspath)
     archive = source[0]
+    kvw = env.get("NEEDLE_KV_WINDOW")
     try:
-        ctx = pipeline.generate(archive.abspath, out_dir, _options(env),
-                               incbin_path=archive.path if not os.path.isabs(archive.path) else archive.abspath,
-                               gnu_stack=_board(env)["kernel"] == "linux")
+        engine = boards.generate_engine(_board(env), archive.abspath, out_dir,
+                                        incbin_path=archive.abspath if os.path.isabs(archive.path) else archive.path,
+                                        kv_window=int(kvw) if kvw else None,
+                                        kernels=env.get("NEEDLE_KERNELS") or None,
+                                        head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
     except CactError as exc:
         print(f"scons: error: {archive.path}: {exc}")
         return 2
-    for w in ctx["warnings"]:
+    for w in engine.warnings:
         print(f"warning: {w}")
     return 0
 

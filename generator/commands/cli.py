@@ -1,6 +1,9 @@
-"""Command line: `python -m generator {inspect,synth,golden} ...`.
+"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench} ...`.
 
-Every failure a user can cause ends in one line on stderr and exit status 2.
+inspect and synth read and write archives, golden regenerates the reference goldens, rung
+cuts a shallower Needle 3 archive, emit generates a board's C engine the way SCons does,
+bench times a built engine against the NumPy reference.  Every failure a user can cause
+ends in one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -79,14 +82,17 @@ def cmd_rung(args) -> int:
 
 
 def cmd_emit(args) -> int:
+    from generator.build import boards
     from generator.codegen import pipeline
-    from generator.codegen import plan
-    opts = plan.Options(board=args.board, kv_window=args.kv_window)
-    ctx = pipeline.generate(args.archive, args.output, opts,
-                          incbin_path=os.path.abspath(args.archive))
-    for w in ctx["warnings"]:
+    board = boards.load(args.board)
+    if args.kernels and args.kernels not in boards.families():
+        raise CactError(f"--kernels {args.kernels}: choose one of {', '.join(boards.families())}")
+    engine = boards.generate_engine(board, args.archive, args.output,
+                                    incbin_path=os.path.abspath(args.archive), kv_window=args.kv_window,
+                                    kernels=args.kernels, head_tokens=args.head_tokens)
+    for w in engine.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {len(pipeline.outputs())} files to {args.output}")
+    print(f"wrote {len(pipeline.outputs(board))} files to {args.output}")
     return 0
 
 
@@ -118,7 +124,7 @@ def main(argv=None) -> int:
     s.set_defaults(fn=cmd_synth)
 
     s = sub.add_parser("golden", help="regenerate the reference golden files (all recipes by default)")
-    s.add_argument("names", nargs="*", help="recipe names (generator/golden.py RECIPES)")
+    s.add_argument("names", nargs="*", help="recipe names (generator/commands/golden.py RECIPES)")
     s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
     s.set_defaults(fn=cmd_golden)
 
@@ -131,8 +137,11 @@ def main(argv=None) -> int:
     s = sub.add_parser("emit", help="generate the C engine for an archive (SCons does this for you)")
     s.add_argument("archive")
     s.add_argument("-o", "--output", required=True, help="output directory")
-    s.add_argument("--board", default="host")
+    s.add_argument("--board", default="host", help="board file name (boards/NAME.toml)")
     s.add_argument("--kv-window", type=int, help="smaller KV window (changes numerics)")
+    s.add_argument("--kernels", metavar="FAMILY", help="force a kernel family (default: the board's)")
+    s.add_argument("--head-tokens", type=int, default=0, metavar="N",
+                   help="tokens the probe heads can pool over (0: heads not built)")
     s.set_defaults(fn=cmd_emit)
 
     s = sub.add_parser("bench", help="engine vs NumPy reference speed (scons bench=1 runs this)")

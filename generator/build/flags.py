@@ -1,0 +1,42 @@
+"""Compiler and linker flags, stated once for SConstruct and the benchmark/test drivers.
+
+What shapes the object code lives here: the C dialect and warnings, the numerics rule
+(docs/numerics.md §1: no fused multiply-add), the board's `arch_flags`, what each kernel
+family needs beyond them, and the bare-metal section/link rules.  Build-reporting flags
+(path prefix maps, GCC's stack-usage files) are SConstruct's own.
+"""
+
+from __future__ import annotations
+
+WARNINGS = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
+NUMERICS = ["-O2", "-ffp-contract=off"]          # docs/numerics.md §1: no fused multiply-add
+
+# Kernel families that need instructions the board's arch_flags may not enable.  The host
+# board picks its family at build time (boards.kernel_family), so its arch_flags are empty;
+# templates/kernels/x86.c.j2 stops with #error when __AVX2__ is not defined.
+FAMILY_FLAGS = {"x86": ["-mavx2"]}
+
+# GCC only: per-function stack use and the call graph generator.build.elfcheck reads.
+STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
+
+
+def compile_flags(board: dict, family: str) -> list[str]:
+    """Flags that compile engine and firmware sources for `board` with kernel family `family`."""
+    flags = WARNINGS + NUMERICS + board["arch_flags"] + FAMILY_FLAGS.get(family, [])
+    if board["os"] == "none":
+        flags += ["-ffunction-sections", "-fdata-sections"]   # --gc-sections drops the unused
+    return flags
+
+
+def link_flags(board: dict, script: str | None = None, map_file: str | None = None) -> list[str]:
+    """Flags that link an image for `board`; bare metal needs the rendered linker script."""
+    flags = list(board["arch_flags"])
+    if board["os"] == "none":
+        if not script:
+            raise ValueError(f"board {board['name']} is bare metal: give its linker script")
+        flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", f"-T{script}"]
+        if map_file:
+            flags.append(f"-Wl,-Map={map_file}")
+    elif board["toolchain_prefix"]:
+        flags.append("-static")       # cross-built Linux executables run as they are
+    return flags
