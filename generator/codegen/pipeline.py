@@ -75,15 +75,22 @@ def generate(archive_path: str, out_dir: str, opts: planner.Options | None = Non
     board = opts.board_data
     bare_metal = bool(board) and board["os"] == "none"
     link = linker_context(board, engine.provenance.archive_bytes) if bare_metal else None
-    os.makedirs(out_dir, exist_ok=True)
+    texts = {}                    # render everything first: a template error writes nothing
     for name in outputs(board):
         if name == "link.ld":
-            text = render.render("link.ld.j2", link)
+            texts[name] = render.render("link.ld.j2", link)
         else:
-            text = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else engine)
-        path = Path(out_dir) / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            texts[name] = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else engine)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        for name, text in texts.items():
+            path = Path(out_dir) / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise CactError(f"cannot write the engine into {out_dir}: {where}: {exc.strerror} "
+                        "(pass -o a directory you can write)") from None
     return engine
 
 

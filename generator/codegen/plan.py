@@ -360,6 +360,32 @@ def window_for(h: dict, opts: Options, generation: int = 2) -> tuple[int, list[s
     return w, warnings
 
 
+# Without a board file, the largest static state an engine may ask for: object sizes and
+# offsets beyond 2 GiB overflow the small code models' 32-bit relocations.
+STATE_LIMIT_NO_BOARD = 2**31 - 1
+
+
+def check_state_fits(h: dict, window: int, opts: Options) -> None:
+    """Refuse, with the numbers, a KV cache the board's RAM cannot hold (an absurd header
+    would otherwise reach the linker as "relocation truncated" errors)."""
+    board = opts.board_data
+    limit = board["memory"]["ram_bytes"] if board else STATE_LIMIT_NO_BOARD
+    need = geometry.session_ram(h, window)["total_bytes"]
+    if need <= limit:
+        return
+    lo, hi = 0, window          # the deepest window that fits, for the remedy
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if geometry.session_ram(h, mid)["total_bytes"] <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    remedy = f"build with kv_window={lo} or smaller" if lo else "this archive cannot fit"
+    raise CactError(f"the KV cache and engram history need {need:,} bytes at window {window} but "
+                    f"board {opts.board} has {limit:,} bytes of RAM for the engine: {remedy}, "
+                    "or choose a board with more RAM")
+
+
 def _kind(bits: int) -> str:
     return "ternary" if bits == TERNARY else f"cq{bits}"
 
@@ -462,6 +488,7 @@ def plan(a: Archive, opts: Options | None = None, *, incbin_path: str = "",
     h = a.header
     hq, hv = geometry.head_widths(h)
     window, warnings = window_for(h, opts, gen)
+    check_state_fits(h, window, opts)
     taps = 0 if gen == 2 else h["qkv_conv_taps"]
     layers = _layers(a, gen, taps)
     sites = tuple(SitePlan(index=s, layer=layer, tables=cq_matrix(a, f"engram{s}.tables"),

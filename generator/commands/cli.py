@@ -152,20 +152,34 @@ def main(argv=None) -> int:
 
     try:
         args = p.parse_args(argv)
-        return args.fn(args)
+        status = args.fn(args)
+        sys.stdout.flush()        # a full disk or closed pipe shows here, not at exit
+        return status
     except CactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:   # e.g. `inspect --json | head -1`: the reader went away
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        _silence_stdout()
         print("error: output closed before it was complete (broken pipe)", file=sys.stderr)
+        return 2
+    except OSError as exc:    # a file, or standard output (e.g. > /dev/full), could not be written
+        if exc.filename:
+            print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        else:
+            _silence_stdout()
+            print(f"error: cannot write standard output: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's exit flush does not fail again."""
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
