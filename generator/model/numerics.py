@@ -283,3 +283,48 @@ def kron_mix(z: np.ndarray, aa: np.ndarray, bb: np.ndarray) -> np.ndarray:
     for j in range(bbn):
         y = y + t[..., :, j, None] * bb[j][None, :]
     return y.reshape(lead + (ba * bbn,))
+
+
+# ---- float mode (the trained model, not a bit-exact target) ---------------------------
+#
+# Float mode multiplies f32 activations by dequantised f32 weights.  A BLAS f32 GEMM is the
+# obvious way, but OpenBLAS picks its kernel (and so its summation order and FMA use) by CPU
+# and by matrix shape: a [9, d] prefill product and a [1, d] decode product of the same row
+# then differ in the last bit or two, and where the result feeds a quantiser (Needle 3's
+# per-head int8 Q/K/V round trip, the CQ KV cache) a 1-ulp change can move a value by a whole
+# quantum (issue 14 §1).  The helpers below make every float-mode product a function of its
+# own row only, and almost surely of the exact real value only:
+#
+# * each product term x_c·w_c of two f32 numbers is exact in f64 (24 + 24 < 53 bits), so the
+#   only rounding error is the f64 summation, at most ~n·2⁻⁵³·Σ|x_c·w_c| (n ≤ a few thousand),
+#   i.e. ≲ 2⁻⁴⁰ relative to Σ|x_c·w_c| — some 2¹⁶ times finer than an f32 ulp;
+# * the sum is rounded once to f32, so whatever kernel computed it (any CPU, any thread
+#   count, any batch shape) gives the same f32 unless the exact value lies within that
+#   2⁻⁴⁰ band around an f32 rounding boundary: odds ≲ 2⁻¹⁶·κ per output (κ = Σ|x·w| / |y|),
+#   and in practice (errors ~√n·2⁻⁵³, not n·2⁻⁵³) far below that;
+# * on top of that every row is computed by the same one-row call (a contiguous f64 row
+#   times the same f64 Wᵀ: one DGEMV of fixed shape), so on one machine a row's value cannot
+#   depend on how many other rows share the batch: prefill, decode and full-sequence forwards
+#   agree exactly.
+# Cost: about the same time as the f32 GEMMs at these sizes; f64 copies of the weights.
+
+F64 = np.float64
+
+
+def float_weights(indices, norms, bits: int, codebook, inp: int, group: int) -> np.ndarray:
+    """Dense dequantised CQ weights [out, inp] f32 for float mode: W = u·H per group with the
+    products and sums in f64 and one rounding to f32, i.e. quant.dequantize without its f32
+    BLAS product (whose rounding depends on the CPU's kernel)."""
+    u = quant.group_values(indices, norms, bits, codebook, group).astype(F64)
+    w = (u @ quant.hadamard(group).astype(F64)).astype(F32)
+    return w.reshape(indices.shape[0], -1)[:, :inp]
+
+
+def float_matvec(wt64: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """y[..., r] = f32(Σ_c x[..., c]·W[r][c]) for float mode, wt64 = Wᵀ in f64 [in, out]:
+    f64 products and sums, one rounding to f32, one call per row (see above)."""
+    x64 = np.ascontiguousarray(x, dtype=F64).reshape(-1, wt64.shape[0])
+    y = np.empty((x64.shape[0], wt64.shape[1]), dtype=F32)
+    for i in range(x64.shape[0]):
+        y[i] = x64[i] @ wt64                  # f64 result, rounded to f32 on assignment
+    return y.reshape(np.shape(x)[:-1] + (wt64.shape[1],))
