@@ -6,13 +6,10 @@
  * stub (the benchmark is timing code, not a parser).
  *
  * The input is split at NUL bytes into argv[1..] (at most MAX_ARGS), each an exact-size heap
- * string.  To keep an iteration fast, "--max-new 2" is appended after them (the last
- * --max-new wins, and a bad value earlier is still rejected first) unless the last argument
- * is an option still waiting for its value, so a valid command generates at most 2 tokens
+ * string.  To keep an iteration fast, "--max-new 2" is appended after them unless the
+ * input already has a --max-new (a repeated flag is refused) or its last argument is an
+ * option still waiting for its value, so most valid commands generate at most 2 tokens
  * instead of the default 96 (--tokens still runs up to NEEDLE_MAX_SEQ positions).
- *
- * Caveat: main.c keeps `print_ids` (--ids) in a static that is never reset, so it carries
- * over from one input to the next inside one fuzzing process.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -36,6 +33,8 @@ static const char tools_file[] =
 void hal_out(const char *s, size_t n) { (void)s; (void)n; }
 void hal_err(const char *s, size_t n) { (void)s; (void)n; }
 void hal_flush(void) {}
+int hal_out_status(void) { return 0; }          /* discarded output never fails */
+int hal_remove(const char *path) { (void)path; return 0; }   /* sinks leave no file */
 const char *hal_reason(void) { return reason; }
 
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
@@ -96,10 +95,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *const takes_value[] = {"--prompt", "--tools", "--query", "--system",
                                               "--tokens", "--logits", "--heads", "--max-new",
                                               "--bench"};
-    int waiting = 0;
+    int waiting = 0, has_max_new = 0;
     for (size_t k = 0; k < sizeof takes_value / sizeof takes_value[0]; k++)
         waiting |= !strcmp(argv[argc - 1], takes_value[k]);
-    if (!waiting) {
+    for (int i = 1; i < argc; i++)
+        has_max_new |= !strcmp(argv[i], "--max-new");
+    if (!waiting && !has_max_new) {
         argv[argc++] = strdup("--max-new");
         argv[argc++] = strdup("2");
     }

@@ -26,7 +26,7 @@ from generator.archive import reader
 from generator.archive import roles
 from generator.archive import tokenizer
 from generator.archive import writer
-from generator.archive.format import CODEBOOK_LEN, CQ, FP32, HEADER_BYTES, HEADER_FIELDS, RECORD_BYTES, TAGS
+from generator.archive.format import CODEBOOK_LEN, CQ, FP16, FP32, HEADER_BYTES, HEADER_FIELDS, RECORD_BYTES, TAGS
 
 # ---- header --------------------------------------------------------------------------
 
@@ -288,3 +288,22 @@ def build_n3_tiny(seed: int = 0, heads: tuple[int, ...] = (2, 3), bits: int = 4)
     tensors.append(writer.raw("tokenizer", synth.tokenizer_blob("tok1k.model")))
     return writer.write(3, hdr, cb, tensors)
 
+
+def perturb_tensor(archive, role: str, seed: int) -> bytes:
+    """The archive with one tensor's payload replaced by a perturbed version (FP16: shifted
+    noise; FP32 permutation: another permutation; CQ: noise at the weights' own scale)."""
+    rec = archive.record(role)
+    rng = np.random.default_rng(seed)
+    if rec.dtype == FP16:
+        v = archive.array(role)
+        new = writer.fp16(role, v + rng.normal(0.5, 0.25, v.shape)).payload
+    elif rec.dtype == FP32:                           # a permutation: another permutation
+        new = writer.fp32(role, np.roll(archive.array(role), 1)).payload
+    else:
+        w = archive.cq(role).dequantize()
+        w = w + rng.normal(0, 1, w.shape) * np.abs(w).mean()
+        new = writer.cq(role, w, rec.bits, archive.codebook).payload
+    assert len(new) == rec.nbytes
+    data = bytearray(archive.data)
+    data[rec.offset:rec.offset + rec.nbytes] = new
+    return bytes(data)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import archive_edit as ae  # noqa: E402
 from generator.commands import golden
 from generator.archive import quant
 from generator.archive import reader
@@ -423,25 +424,6 @@ def _patch_header(a, name: str, value: int) -> bytes:
     return archive_edit.patch_header(bytes(a.data), name, value)
 
 
-def _replace(archive, role: str, seed: int) -> bytes:
-    """The archive with one tensor's payload replaced by a perturbed version."""
-    rec = archive.record(role)
-    rng = np.random.default_rng(seed)
-    if rec.dtype == FP16:
-        v = archive.array(role)
-        new = writer.fp16(role, v + rng.normal(0.5, 0.25, v.shape)).payload
-    elif rec.dtype == FP32:                           # a permutation: another permutation
-        new = writer.fp32(role, np.roll(archive.array(role), 1)).payload
-    else:
-        w = archive.cq(role).dequantize()
-        w = w + rng.normal(0, 1, w.shape) * np.abs(w).mean()
-        new = writer.cq(role, w, rec.bits, archive.codebook).payload
-    assert len(new) == rec.nbytes
-    data = bytearray(archive.data)
-    data[rec.offset:rec.offset + rec.nbytes] = new
-    return bytes(data)
-
-
 def test_every_tensor_changes_the_logits(archives, goldens):
     """No Needle 3 tensor is dead in the synthetic weights (n3-tiny, every model tensor)."""
     meta, _ = goldens["n3-tiny"]
@@ -454,7 +436,7 @@ def test_every_tensor_changes_the_logits(archives, goldens):
         if rec.role == "tokenizer" or rec.role.startswith("head"):
             continue
         seen.add(rec.role.split(".")[-1])
-        other = Needle3(reader.read(_replace(a, rec.role, i), check_data=False), "float").logits(seq)
+        other = Needle3(reader.read(ae.perturb_tensor(a, rec.role, i), check_data=False), "float").logits(seq)
         # same deterministic code for base and other, so any Δ is the tensor's effect; 1e-3
         # asks for a visible one (smallest measured: layer02.attn_gate 1.1e-2) ≫ f32 noise
         if np.abs(other - base).max() < 1e-3 * scale:
@@ -476,7 +458,7 @@ def test_every_head_tensor_changes_its_head(archives, goldens):
     for i, rec in enumerate(a.records):
         if not rec.role.startswith("head.") or rec.role.endswith("calibration"):
             continue
-        other = Needle3(reader.read(_replace(a, rec.role, i), check_data=False), "float").heads(seq)
+        other = Needle3(reader.read(ae.perturb_tensor(a, rec.role, i), check_data=False), "float").heads(seq)
         name = rec.role.split(".")[1]
         # beyond f32 noise (~1e-7 rel); smallest measured effect ~300× this band (confidence.row_bias)
         assert not np.allclose(other[name], base[name], rtol=1e-4, atol=1e-6), rec.role

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import archive_edit as ae  # noqa: E402
 from generator.commands import golden
 from generator.archive import reader
 from generator.archive import writer
@@ -178,23 +179,6 @@ def test_kv_bits_change_numerics(archives, goldens):
 
 # ---- every tensor matters -----------------------------------------------------------
 
-def _replace(archive, role: str, seed: int) -> bytes:
-    """The archive with one tensor's payload replaced by a perturbed version."""
-    rec = archive.record(role)
-    rng = np.random.default_rng(seed)
-    if rec.dtype == FP16:
-        v = archive.array(role)
-        new = writer.fp16(role, v + rng.normal(0.5, 0.25, v.shape)).payload
-    else:
-        t = archive.cq(role)
-        w = t.dequantize()
-        w = w + rng.normal(0, 1, w.shape) * np.abs(w).mean()
-        new = writer.cq(role, w, rec.bits, archive.codebook).payload
-    assert len(new) == rec.nbytes
-    data = bytearray(archive.data)
-    data[rec.offset:rec.offset + rec.nbytes] = new
-    return bytes(data)
-
 
 def test_every_tensor_changes_the_logits(archives, goldens):
     """Synthetic weights look trained: no tensor is dead, group by group (tiny archive)."""
@@ -207,7 +191,7 @@ def test_every_tensor_changes_the_logits(archives, goldens):
     for i, rec in enumerate(a.records):
         if rec.role == "tokenizer" or rec.role.startswith("head"):
             continue
-        other = Needle2(reader.read(_replace(a, rec.role, i)), "float").logits(seq)
+        other = Needle2(reader.read(ae.perturb_tensor(a, rec.role, i)), "float").logits(seq)
         # base and other run the same deterministic code, so any Δ is the tensor's effect; 1e-3
         # asks for a visible one (smallest measured: mhc.b_res 1.3e-3), ≫ f32 noise (~1e-6).
         if np.abs(other - base).max() < 1e-3 * scale:
@@ -226,7 +210,7 @@ def test_every_head_tensor_changes_its_head(archives, goldens):
     for i, rec in enumerate(a.records):
         if not rec.role.startswith("head.") or rec.role.endswith("contrastive.bias"):
             continue
-        other = Needle2(reader.read(_replace(a, rec.role, i)), "float").heads(seq)
+        other = Needle2(reader.read(ae.perturb_tensor(a, rec.role, i)), "float").heads(seq)
         name = rec.role.split(".")[1]
         # "changed" means beyond f32 noise (~1e-7 relative); smallest measured effect is
         # ~2·10⁴ times this rtol/atol band (head.confidence.bias)

@@ -10,7 +10,10 @@
  *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
  *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
- * 3 when the linked archive is not the one the engine was generated for, 1 for I/O errors.
+ * 3 when the linked archive is not the one the engine was generated for, 1 for I/O errors
+ * (including a standard output that does not take the text, e.g. a full disk).  Each option
+ * may be given once; usage errors are found before anything runs or any file is created, and
+ * an output file whose writing fails part way is removed.
  * Console and files go through hal.h, so this is the same program on Linux and bare metal.
  */
 #include <stdarg.h>
@@ -42,6 +45,19 @@ static int fail(int code, const char *fmt, ...)
     va_end(ap);
     line[n++] = '\n';
     hal_err(line, n);
+    return code;
+}
+
+static int fail_stdout(void)
+{
+    return fail(1, "cannot write standard output: %s (free space or fix where it is redirected)", hal_reason());
+}
+
+/* Close and drop a partial output file after a failure; returns code for chaining. */
+static int discard(void *file, const char *path, int code)
+{
+    if (file) hal_close(file);
+    if (path) hal_remove(path);
     return code;
 }
 
@@ -104,10 +120,13 @@ static int write_heads(const char *path)
     for (uint32_t i = 0; i < count; i++) {
         uint32_t len = 0;
         const float *v = needle_head(needle_head_code(i), &len);
-        if (!v) { hal_close(out); return fail(2, "%s", needle_error()); }
-        if (write_le_floats(out, v, len)) { hal_close(out); return fail(1, "cannot write %s: %s", path, hal_reason()); }
+        if (!v) { fail(2, "%s", needle_error()); return discard(out, path, 2); }
+        if (write_le_floats(out, v, len)) {
+            fail(1, "cannot write %s: %s", path, hal_reason());
+            return discard(out, path, 1);
+        }
     }
-    if (hal_close(out)) return fail(1, "cannot write %s: %s", path, hal_reason());
+    if (hal_close(out)) { fail(1, "cannot write %s: %s", path, hal_reason()); return discard(NULL, path, 1); }
     return 0;
 }
 
@@ -130,28 +149,40 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
         if (*p == ',' && !*++p) return fail(2, "--tokens: list ends with a comma");
     }
     if (n == 0) return fail(2, "--tokens: empty list");
+    if (heads_path) {   /* refuse before running anything or creating a file */
+        if (NEEDLE_HEAD_COUNT == 0)
+            return fail(2, "--heads: this engine has no probe heads (rebuild with head_tokens=N, or drop --heads)");
+        if (n > NEEDLE_HEAD_TOKENS)
+            return fail(2, "--heads: %u tokens but this engine keeps head cells for at most %u (pass fewer "
+                           "tokens or rebuild with head_tokens=%u)", n, NEEDLE_HEAD_TOKENS, n);
+    }
     void *out = NULL;
     if (logits_path && !(out = hal_create(logits_path)))
         return fail(1, "cannot write %s: %s", logits_path, hal_reason());
     for (uint32_t t = 0; t < n; t++) {
         const float *lg = needle_step(ids[t]);
-        if (!lg) { if (out) hal_close(out); return fail(2, "%s", needle_error()); }
+        if (!lg) { fail(2, "%s", needle_error()); return discard(out, logits_path, 2); }
         if (out) {
             if (write_le_floats(out, lg, NEEDLE_OUT_VOCAB)) {   /* little-endian on every host */
-                hal_close(out);
-                return fail(1, "cannot write %s: %s", logits_path, hal_reason());
+                fail(1, "cannot write %s: %s", logits_path, hal_reason());
+                return discard(out, logits_path, 1);
             }
         } else {
             hal_printf("%s%u", t ? "," : "", (unsigned)argmax(lg, NEEDLE_OUT_VOCAB));
+            if (hal_out_status()) return fail_stdout();
         }
     }
-    if (out && hal_close(out)) return fail(1, "cannot write %s: %s", logits_path, hal_reason());
+    if (out && hal_close(out)) {
+        fail(1, "cannot write %s: %s", logits_path, hal_reason());
+        return discard(NULL, logits_path, 1);
+    }
     if (!out) hal_out("\n", 1);
+    if (hal_out_status()) return fail_stdout();   /* before the heads file is created */
     return heads_path ? write_heads(heads_path) : 0;
 }
 
 /* Encode a prompt, prefill it, and stream the greedy continuation (needle2-model.md §8). */
-static int generate(const char *text, size_t len, uint32_t max_new)
+static int generate(const char *text, size_t len, uint32_t max_new, int max_new_given)
 {
     if (len == 0) return fail(2, "empty prompt");
     ids[0] = NEEDLE_BOS_ID;
@@ -159,8 +190,17 @@ static int generate(const char *text, size_t len, uint32_t max_new)
     if (n == NEEDLE_TOK_E_UTF8) return fail(2, "prompt is not valid UTF-8");
     if (n < 0) return fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
                               "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
-    uint32_t total = (uint32_t)n + 1, max_len = total + max_new;
-    if (max_len > NEEDLE_MAX_SEQ) max_len = NEEDLE_MAX_SEQ;
+    uint32_t total = (uint32_t)n + 1, room = NEEDLE_MAX_SEQ - total;
+    if (max_new > room) {
+        /* An explicit --max-new the context cannot hold is refused up front; the default
+         * (96) is a ceiling and shrinks to what fits. */
+        if (max_new_given)
+            return fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
+                           "(BOS included), so use --max-new %u or less, or a shorter prompt",
+                        max_new, total, NEEDLE_MAX_SEQ, room);
+        max_new = room;
+    }
+    uint32_t max_len = total + max_new;
     const float *lg = NULL;
     for (uint32_t t = 0; t < total; t++)
         if (!(lg = needle_step(ids[t]))) return fail(2, "%s", needle_error());
@@ -172,13 +212,13 @@ static int generate(const char *text, size_t len, uint32_t max_new)
         if (next == NEEDLE_EOS_ID) break;
         if (print_ids) hal_printf("%s%u", made ? "," : "", (unsigned)next);
         else hal_out(out, needle_tok_stream_push(&stream, next, out));
-        hal_flush();
+        if (hal_out_status()) return fail_stdout();   /* flushes; stop at once if nobody reads */
         if (total + made + 1 >= max_len) break;
         if (!(lg = needle_step(next))) return fail(2, "%s", needle_error());
     }
     if (!print_ids) hal_out(out, needle_tok_stream_finish(&stream, out));
     hal_out("\n", 1);
-    return 0;
+    return hal_out_status() ? fail_stdout() : 0;
 }
 
 static void usage(void)
@@ -190,14 +230,22 @@ static void usage(void)
     hal_out(text, sizeof text - 1);
 }
 
-int needle_cli(int argc, char **argv)
+static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL;
     uint32_t max_new = 96, bench = 0;
-    int info = 0;
+    int info = 0, max_new_given = 0;
+    static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
+                                        "--heads", "--max-new", "--bench", "--info", "--ids" };
+    uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        for (uint32_t k = 0; k < sizeof once / sizeof once[0]; k++) {
+            if (strcmp(a, once[k])) continue;
+            if (seen & (1u << k)) return fail(2, "%s given more than once: pass it once (see --help)", a);
+            seen |= 1u << k;
+        }
         const char **slot = !strcmp(a, "--prompt") ? &text : !strcmp(a, "--tools") ? &tools
                           : !strcmp(a, "--query") ? &query : !strcmp(a, "--system") ? &system
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
@@ -205,6 +253,7 @@ int needle_cli(int argc, char **argv)
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench")) {
             if (i + 1 >= argc) return fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
+            if (!strcmp(a, "--max-new")) max_new_given = 1;
             if (slot) *slot = v;
             else if (!strcmp(a, "--max-new") ? parse_u32(v, NEEDLE_MAX_SEQ, &max_new) || max_new == 0
                                             : parse_u32(v, NEEDLE_MAX_SEQ, &bench) || bench == 0)
@@ -215,7 +264,7 @@ int needle_cli(int argc, char **argv)
             print_ids = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
-            return 0;
+            return hal_out_status() ? fail_stdout() : 0;
         } else {
             return fail(2, "unknown option \"%s\" (see --help)", a);
         }
@@ -228,8 +277,11 @@ int needle_cli(int argc, char **argv)
     if (print_ids && (tokens || info || bench)) return fail(2, "--ids goes with --prompt or --tools");
 
     if (needle_boot()) return fail(3, "%s", needle_error());
-    if (info) { print_info(); return 0; }
-    if (bench) return needle_bench(bench);
+    if (info) { print_info(); return hal_out_status() ? fail_stdout() : 0; }
+    if (bench) {
+        int rc = needle_bench(bench);
+        return rc == 0 && hal_out_status() ? fail_stdout() : rc;
+    }
     if (tokens) return run_tokens(tokens, logits, heads);
     if (tools || query) {
         if (!tools || !query) return fail(2, "--tools and --query go together");
@@ -239,7 +291,13 @@ int needle_cli(int argc, char **argv)
         char err[256];
         int n = needle_render_prompt(tools_json, len, query, system, prompt, sizeof prompt, err, sizeof err);
         if (n < 0) return fail(2, "%s: %s", tools, err);
-        return generate(prompt, (size_t)n, max_new);
+        return generate(prompt, (size_t)n, max_new, max_new_given);
     }
-    return generate(text, strlen(text), max_new);
+    return generate(text, strlen(text), max_new, max_new_given);
+}
+
+int needle_cli(int argc, char **argv)
+{
+    print_ids = 0;   /* a fresh run each call (the fuzz harness calls this in a loop) */
+    return cli(argc, argv);
 }

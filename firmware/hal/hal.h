@@ -13,6 +13,9 @@ int needle_cli(int argc, char **argv);
 void hal_out(const char *s, size_t n);          /* standard output */
 void hal_err(const char *s, size_t n);          /* standard error */
 void hal_flush(void);
+/* Flush standard output: 0 if every write to it so far went through, else -1 with
+ * hal_reason() set (e.g. a full disk or a closed pipe behind a redirection). */
+int hal_out_status(void);
 
 /* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set. */
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len);
@@ -21,6 +24,7 @@ int hal_read_file(const char *path, char *buf, size_t cap, size_t *len);
 void *hal_create(const char *path);
 int hal_write(void *file, const void *data, size_t n);   /* 0, or -1 */
 int hal_close(void *file);                               /* 0, or -1 */
+int hal_remove(const char *path);                        /* drop a partial output file: 0, or -1 */
 const char *hal_reason(void);                            /* why the last call failed */
 
 /* printf-like formatting of %s %.Ns %u %d %zu %x %%, into a bounded buffer (always

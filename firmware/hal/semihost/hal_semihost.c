@@ -6,7 +6,7 @@
 #include "hal.h"
 
 enum {
-    SYS_OPEN = 0x01, SYS_CLOSE = 0x02, SYS_WRITE = 0x05, SYS_READ = 0x06, SYS_FLEN = 0x0C,
+    SYS_OPEN = 0x01, SYS_CLOSE = 0x02, SYS_WRITE = 0x05, SYS_READ = 0x06, SYS_REMOVE = 0x0E, SYS_FLEN = 0x0C,
     SYS_GET_CMDLINE = 0x15, SYS_EXIT_EXTENDED = 0x20,
 };
 #define ADP_STOPPED_APPLICATION_EXIT 0x20026u
@@ -26,6 +26,7 @@ static int32_t semihost(uint32_t op, const void *arg)
 
 static int32_t console_out = -1, console_err = -1;
 static const char *reason = "";
+static const char *out_reason;   /* first failure writing standard output, sticky */
 
 static int32_t open_file(const char *path, uint32_t mode)
 {
@@ -33,15 +34,29 @@ static int32_t open_file(const char *path, uint32_t mode)
     return semihost(SYS_OPEN, args);
 }
 
-static void write_handle(int32_t handle, const char *s, size_t n)
+/* 0 when all n bytes were written, else -1 (SYS_WRITE returns the count NOT written). */
+static int write_handle(int32_t handle, const char *s, size_t n)
 {
     uint32_t args[3] = { (uint32_t)handle, (uint32_t)(uintptr_t)s, (uint32_t)n };
-    if (handle >= 0 && n) (void)semihost(SYS_WRITE, args);
+    if (!n) return 0;
+    if (handle < 0) return -1;
+    return semihost(SYS_WRITE, args) == 0 ? 0 : -1;
 }
 
-void hal_out(const char *s, size_t n) { write_handle(console_out, s, n); }
-void hal_err(const char *s, size_t n) { write_handle(console_err, s, n); }
+void hal_out(const char *s, size_t n)
+{
+    if (write_handle(console_out, s, n) && !out_reason)
+        out_reason = console_out < 0 ? "the debugger console could not be opened" : "the debugger did not take the output";
+}
+void hal_err(const char *s, size_t n) { (void)write_handle(console_err, s, n); }
 void hal_flush(void) {}
+
+int hal_out_status(void)
+{
+    if (!out_reason) return 0;
+    reason = out_reason;
+    return -1;
+}
 const char *hal_reason(void) { return reason; }
 
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
@@ -84,6 +99,13 @@ int hal_close(void *file)
 {
     uint32_t args[1] = { (uint32_t)((uintptr_t)file - 1) };
     return semihost(SYS_CLOSE, args) == 0 ? 0 : -1;
+}
+
+int hal_remove(const char *path)
+{
+    if (!strncmp(path, "/dev/", 5)) return -1;   /* never a device on the host */
+    uint32_t args[2] = { (uint32_t)(uintptr_t)path, (uint32_t)strlen(path) };
+    return semihost(SYS_REMOVE, args) == 0 ? 0 : -1;
 }
 
 void hal_exit(int code) __attribute__((noreturn));
