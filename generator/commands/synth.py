@@ -166,108 +166,67 @@ def _draw_cq(rnd: _Draw, role, d: int, width_of, codebook):
 
 def draw_core(gen: int, hdr: dict, width_of, codebook, seed: int) -> list:
     """Every model tensor through final_norm; `width_of(role)` gives each CQ width code."""
-    if gen == 3:
-        return draw_core_n3(hdr, width_of, codebook, seed)
     rnd = _Draw(seed)
-    dm = R.dims(2, hdr)
-    d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
+    dm = R.dims(gen, hdr)
     out = []
-    for role in R.core_roles(2, hdr):
+    for role in R.core_roles(gen, hdr):
         name = role.name.split(".")[-1]
-        shape = role.shape
         if role.dtype == CQ:
-            out.append(_draw_cq(rnd, role, d, width_of, codebook))
-            continue
-        if name == "final_norm":  # gain about 2: logits spread like a trained head's
-            v = rnd.zc_scale(shape[0]) + 1.0
-        elif name in ("q_norm", "k_norm"):  # gain about 2: attention is sharp, not uniform
-            v = rnd.zc_scale(shape[0], 0.3) + 1.0
-        elif name in ("norm_in", "post_norm", "pre_hada"):
-            v = rnd.zc_scale(shape[0])
-        elif name == "attn_gate":
-            v = rnd.normal(1, 0.5, 1.5)
-        elif name == "d1":
-            v = rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
-        elif name == "d2":
-            v = rnd.normal(N, 0.3, 1.5)
-        elif name == "d3":
-            v = rnd.normal(N, 0.8, 3.0)
-        elif name in ("a_pre", "a_post", "a_res"):
-            v = rnd.normal(L, 0.1, 0.6)
-        elif name == "b_pre":
-            v = rnd.normal((L, n), 0.5)
-        elif name == "b_post":  # lifts the off-lane writes, as training does, so blocks matter
-            v = rnd.normal((L, n), 0.5, 2.5)
-        elif name == "b_res":
-            v = rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
-        elif name == "taps":
-            v = rnd.normal((4, d), 0.3) + np.array([[1.0], [0.4], [0.2], [0.1]])
-        else:  # pragma: no cover - every Needle 2 FP16 role is listed above
-            raise AssertionError(role.name)
-        out.append(writer.fp16(role.name, np.asarray(v).reshape(shape)))
+            out.append(_draw_cq(rnd, role, dm["d"], width_of, codebook))
+        elif role.dtype == FP32:   # Needle 3's hada_p1 / hada_p2: the package's fixed permutations
+            rs = 11 if name == "hada_p1" else 13
+            out.append(writer.fp32(role.name, np.random.RandomState(rs).permutation(dm["N"]).astype(np.float32)))
+        else:
+            v = _draw_control(gen, name, role.shape, rnd, dm)
+            out.append(writer.fp16(role.name, np.asarray(v).reshape(role.shape)))
     return out
+
+
+def _draw_control(gen: int, name: str, shape, rnd: _Draw, dm: dict) -> np.ndarray:
+    """One FP16 control tensor, drawn the way a trained model's look (both generations)."""
+    d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
+    if name == "final_norm":  # gain about 2: logits spread like a trained head's
+        return rnd.zc_scale(shape[0]) + 1.0
+    if name in ("q_norm", "k_norm"):  # gain about 2: attention is sharp, not uniform
+        return rnd.zc_scale(shape[0], 0.3) + 1.0
+    if name in ("norm_in", "post_norm", "pre_hada"):
+        return rnd.zc_scale(shape[0])
+    if name == "attn_gate":
+        return rnd.normal(1, 0.5, 1.5)
+    if name in ("q_taps", "k_taps", "v_taps"):  # Needle 3 QKV conv: near the identity [1, 0, 0]
+        v = rnd.normal(shape, 0.2)
+        v[0] += 1.0
+        return v
+    if name == "d1" or (gen == 3 and name == "d3"):    # sign-flipped diagonals
+        return rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
+    if name == "d2":
+        return rnd.normal(N, 0.3, 1.5)
+    if name == "b2":
+        return rnd.normal(N, 0.3)
+    if name == "d4" or (gen == 2 and name == "d3"):    # the last diagonal of the MLP
+        return rnd.normal(N, 0.8, 3.0)
+    if name in ("w1a", "w1b", "w2a", "w2b", "w3a", "w3b"):
+        return _walsh(shape[0], rnd)
+    if name == "cond_v":
+        return rnd.normal(shape, 2.0 / math.sqrt(d))
+    if name == "cond_u":
+        return rnd.normal(shape, 0.3)
+    if name in ("a_pre", "a_post", "a_res"):
+        return rnd.normal(L, 0.1, 0.6)
+    if name == "b_pre":
+        return rnd.normal((L, n), 0.5)
+    if name == "b_post":  # lifts the off-lane writes, as training does, so blocks matter
+        return rnd.normal((L, n), 0.5, 2.5)
+    if name == "b_res":
+        return rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
+    if name == "taps":
+        return rnd.normal((4, d), 0.3) + np.array([[1.0], [0.4], [0.2], [0.1]])
+    raise AssertionError(f"no drawing rule for Needle {gen} control tensor {name}")  # pragma: no cover
 
 
 def _walsh(b: int, rnd: _Draw, noise: float = 0.2) -> np.ndarray:
     """A normalised Walsh matrix of order b plus noise: a trained Monarch factor."""
     return quant.hadamard(b).astype(np.float64) + rnd.normal((b, b), noise / math.sqrt(b))
-
-
-def draw_core_n3(hdr: dict, width_of, codebook, seed: int) -> list:
-    """Every Needle 3 model tensor through final_norm (cact-format.md §9)."""
-    rnd = _Draw(seed)
-    dm = R.dims(3, hdr)
-    d, N, L, n = dm["d"], dm["N"], dm["L"], dm["n"]
-    out = []
-    for role in R.core_roles(3, hdr):
-        name = role.name.split(".")[-1]
-        shape = role.shape
-        if role.dtype == CQ:
-            out.append(_draw_cq(rnd, role, d, width_of, codebook))
-            continue
-        if role.dtype == FP32:  # hada_p1 / hada_p2: the package's fixed permutations
-            rs = 11 if name == "hada_p1" else 13
-            out.append(writer.fp32(role.name, np.random.RandomState(rs).permutation(N).astype(np.float32)))
-            continue
-        if name == "final_norm":
-            v = rnd.zc_scale(shape[0]) + 1.0
-        elif name in ("q_norm", "k_norm"):
-            v = rnd.zc_scale(shape[0], 0.3) + 1.0
-        elif name in ("norm_in", "post_norm", "pre_hada"):
-            v = rnd.zc_scale(shape[0])
-        elif name == "attn_gate":
-            v = rnd.normal(1, 0.5, 1.5)
-        elif name in ("q_taps", "k_taps", "v_taps"):  # near the identity [1, 0, 0]
-            v = rnd.normal(shape, 0.2)
-            v[0] += 1.0
-        elif name in ("d1", "d3"):
-            v = rnd.normal(N, 0.2, 1.0) * rnd.rng.choice([-1.0, 1.0], N)
-        elif name == "d2":
-            v = rnd.normal(N, 0.3, 1.5)
-        elif name == "b2":
-            v = rnd.normal(N, 0.3)
-        elif name == "d4":
-            v = rnd.normal(N, 0.8, 3.0)
-        elif name in ("w1a", "w1b", "w2a", "w2b", "w3a", "w3b"):
-            v = _walsh(shape[0], rnd)
-        elif name == "cond_v":
-            v = rnd.normal(shape, 2.0 / math.sqrt(d))
-        elif name == "cond_u":
-            v = rnd.normal(shape, 0.3)
-        elif name in ("a_pre", "a_post", "a_res"):
-            v = rnd.normal(L, 0.1, 0.6)
-        elif name == "b_pre":
-            v = rnd.normal((L, n), 0.5)
-        elif name == "b_post":
-            v = rnd.normal((L, n), 0.5, 2.5)
-        elif name == "b_res":
-            v = rnd.normal((L, n, n), 0.5) + 2.0 * np.eye(n)
-        elif name == "taps":
-            v = rnd.normal((4, d), 0.3) + np.array([[1.0], [0.4], [0.2], [0.1]])
-        else:  # pragma: no cover - every Needle 3 FP16 role is listed above
-            raise AssertionError(role.name)
-        out.append(writer.fp16(role.name, np.asarray(v).reshape(shape)))
-    return out
 
 
 HEAD_BITS_N3 = 4  # cact-format.md §12.2: the head matrices are CQ4 in every writer
