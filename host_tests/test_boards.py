@@ -143,7 +143,7 @@ def test_missing_toolchain_names_the_package(tmp_path):
     proc = scons("board=watch-m4", f"build={tmp_path / 'b'}", check=False, env=env)
     assert proc.returncode == 2
     assert ("board watch-m4 needs the compiler arm-none-eabi-gcc: apt-get install gcc-arm-none-eabi "
-            "libnewlib-arm-none-eabi") in proc.stdout
+            "libnewlib-arm-none-eabi") in proc.stderr
     # with the compiler present but not the emulator, run=1 names the emulator's package
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -151,7 +151,7 @@ def test_missing_toolchain_names_the_package(tmp_path):
     env2 = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{fake}")
     proc = scons("board=rpi-zero", "run=1", f"build={tmp_path / 'd'}", check=False, env=env2)
     assert proc.returncode == 2
-    assert "board rpi-zero runs under qemu-arm: apt-get install qemu-user" in proc.stdout
+    assert "board rpi-zero runs under qemu-arm: apt-get install qemu-user" in proc.stderr
 
 
 def test_every_board_file_is_valid():

@@ -190,7 +190,7 @@ def test_bad_archive_fails_the_build_with_one_line(tmp_path):
     bad.write_bytes(b"\x00" * 200)
     proc = scons("board=host", f"archive={bad}", f"build={tmp_path / 'b'}", check=False)
     assert proc.returncode != 0
-    assert "not a .cact archive (tag 0x00000000)" in proc.stdout
+    assert "not a .cact archive (tag 0x00000000)" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "b" / "needle").exists()
 

@@ -6,11 +6,14 @@
   options, so a change to any of them regenerates and nothing else does.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report; on failure the image is deleted so no bad firmware is left.
+
+Refusals are one line on stderr ("scons: error: ..."); warnings and reports go to stdout.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import SCons.Action
 import SCons.Builder
@@ -64,7 +67,7 @@ def _engine_action(target, source, env):
                                         kernels=env.get("NEEDLE_KERNELS") or None,
                                         head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
     except CactError as exc:
-        print(f"scons: error: {archive.path}: {exc}")
+        print(f"scons: error: {archive.path}: {exc}", file=sys.stderr)
         return 2
     for w in engine.warnings:
         print(f"warning: {w}")
@@ -82,7 +85,7 @@ def _check_action(target, source, env):
         rep = elfcheck.check(elf.abspath, archive.abspath, board, obj_dir=env.get("NEEDLE_OBJ_DIR"),
                               objects=[str(o) for o in env.get("NEEDLE_OBJECTS", [])] or None)
     except CactError as exc:
-        print(f"scons: error: post-link check of {elf.path}: {exc}")
+        print(f"scons: error: post-link check of {elf.path}: {exc}", file=sys.stderr)
         if os.path.exists(elf.abspath):
             os.unlink(elf.abspath)
         return 2

@@ -67,10 +67,48 @@ def cmd_synth(args) -> int:
     return 0
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: a second one is refused in one line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given more than once: pass it once")
+        setattr(namespace, self.dest, values)
+
+
+class _Case(argparse.Action):
+    """--prompt/--tokens/--query: one golden case each, kept in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        cases = list(getattr(namespace, "cases", None) or [])
+        cases.append((option_string.lstrip("-"), values))
+        namespace.cases = cases
+
+
 def cmd_golden(args) -> int:
     from generator.commands import golden
-    golden.write(args.names, args.output)
+    if args.output is None:
+        raise CactError("golden needs -o DIR (see python -m generator golden --help)")
+    if args.archive is None:
+        given = [f"--{k}" for k, _ in args.cases] + [o for o, v in (("--tools", args.tools),
+                 ("--system", args.system), ("--max-new", args.max_new)) if v is not None]
+        if given:
+            raise CactError(f"{given[0]} goes with --archive ARCHIVE (the user-archive mode)")
+        golden.write(args.names, args.output)
+        return 0
+    if args.names:
+        raise CactError(f"recipe names ({' '.join(args.names)}) and --archive are two modes: "
+                        "give one or the other")
+    max_new = golden.DEFAULT_MAX_NEW if args.max_new is None else args.max_new
+    golden.write_user(args.archive, args.cases, args.output, tools=args.tools, system=args.system,
+                      max_new=max_new)
     return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a positive integer, not {text!r}")
+    return int(text)
 
 
 def cmd_rung(args) -> int:
@@ -123,10 +161,23 @@ def main(argv=None) -> int:
     s.add_argument("-o", "--output", required=True)
     s.set_defaults(fn=cmd_synth)
 
-    s = sub.add_parser("golden", help="regenerate the reference golden files (all recipes by default)")
+    s = sub.add_parser("golden", help="regenerate the reference golden files (all recipes by default), "
+                                      "or make goldens for your own archive (--archive)",
+                       description="Recipe mode: golden [NAME ...] -o DIR regenerates the bundled goldens. "
+                                   "User mode: golden --archive A [--prompt TEXT ...] [--tokens IDS ...] "
+                                   "[--tools F --query Q ...] -o DIR writes DIR/cases.json and the a8 "
+                                   "reference's logits for `scons archive=A check=DIR`.")
     s.add_argument("names", nargs="*", help="recipe names (generator/commands/golden.py RECIPES)")
-    s.add_argument("-o", "--output", required=True, help="output directory, e.g. host_tests/golden")
-    s.set_defaults(fn=cmd_golden)
+    s.add_argument("-o", "--output", action=_Once, help="output directory, e.g. host_tests/golden")
+    s.add_argument("--archive", action=_Once, help="your .cact archive (user mode)")
+    s.add_argument("--prompt", action=_Case, metavar="TEXT", help="a prompt case (repeatable)")
+    s.add_argument("--tokens", action=_Case, metavar="IDS", help="a teacher-forced case, e.g. 2,17,5 (repeatable)")
+    s.add_argument("--query", action=_Case, metavar="TEXT", help="a tool-calling case with --tools (repeatable)")
+    s.add_argument("--tools", action=_Once, metavar="FILE", help="tool list (JSON) the queries are rendered with")
+    s.add_argument("--system", action=_Once, metavar="TEXT", help="system text of the tool prompts")
+    s.add_argument("--max-new", action=_Once, type=_positive, metavar="N",
+                   help="greedy tokens per prompt/query case (default 16)")
+    s.set_defaults(fn=cmd_golden, cases=[])
 
     s = sub.add_parser("rung", help="cut a D-layer rung out of a Needle 3 archive (needle3-model §8)")
     s.add_argument("archive")

@@ -11,19 +11,34 @@ numerics modes and writes, under `DIR/NAME/`:
 
 Regenerate on purpose with `python -m generator golden -o host_tests/golden` (all recipes) or
 name some: `python -m generator golden tiny -o host_tests/golden`.
+
+User archives (README, "Regression-test your own archive"): `write_user()` runs the a8
+reference on the user's own cases (`golden --archive A --prompt ... --tokens ... --tools F
+--query ... -o DIR`) and writes `DIR/cases.json` plus one `case-N.f32` of teacher-forced logits
+per case; `check()` (run by `scons check=DIR`, or by hand as `python -m
+generator.commands.golden check DIR --archive A --board B --engine BIN`) runs a built engine on
+every case and compares.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import math
 import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from generator import __version__
 from generator.archive import reader
+from generator.commands import prompt
 from generator.commands import rung
 from generator.commands import synth
 from generator.errors import CactError
@@ -32,6 +47,9 @@ from generator.model import Needle2, Needle3
 from generator.archive.tokenizer import Tokenizer
 
 REFERENCE_VERSION = 1  # bump when the reference's numerics change on purpose
+# Bumped when a8 arithmetic changes (docs/numerics.md: what every engine computes bit for bit);
+# user goldens (cases.json) record it, so a check names a golden made under other numerics.
+NUMERICS_VERSION = 1
 
 TOOL_PROMPT = (
     '<|im_start|>user\n<tools>[{"name":"get_weather","description":"Get the current weather '
@@ -188,3 +206,369 @@ def load(directory: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     T, V = len(meta["tokens"]), meta.get("logit_columns", meta["vocab"])
     logits = {m: np.fromfile(d / f"logits_{m}.f32", dtype="<f4").reshape(T, V) for m in ("a8", "float")}
     return meta, logits
+
+
+# ---- user archives: golden --archive ... -o DIR, then scons check=DIR --------------------
+
+CASES_FILE = "cases.json"
+CASES_FORMAT = 1              # layout of cases.json
+DEFAULT_MAX_NEW = 16          # greedy tokens per prompt/query case unless --max-new says otherwise
+CASE_KINDS = ("prompt", "tokens", "query")
+REFERENCE_MODE = "a8"         # the mode every engine reproduces bit for bit
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parse_ids(text: str, vocab: int, max_seq: int) -> list[int]:
+    """`2,17,5` -> [2, 17, 5], each a token id of the archive, at most max_seq of them."""
+    items = text.split(",")
+    if not text.strip() or any(not i.strip() for i in items):
+        raise CactError(f"--tokens {text!r}: want comma-separated token ids, e.g. 2,17,5")
+    ids = []
+    for item in items:
+        item = item.strip()
+        if not item.isdigit() or int(item) >= vocab:
+            raise CactError(f"--tokens: {item!r} is not a token id in 0..{vocab - 1}")
+        ids.append(int(item))
+    if len(ids) > max_seq:
+        raise CactError(f"--tokens: {len(ids)} ids but the archive's max_seq_len is {max_seq}")
+    return ids
+
+
+def _check_prompt_text(what: str, text: str) -> None:
+    if not text:
+        raise CactError(f"{what}: empty text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CactError(f"{what}: not valid UTF-8") from None
+    if "\0" in text:
+        raise CactError(f"{what}: contains a NUL character")
+
+
+def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools: str | None = None,
+                 system: str | None = None, max_new: int = DEFAULT_MAX_NEW) -> tuple[dict, list[np.ndarray]]:
+    """The a8 reference on the user's cases: (cases.json document, one logits array per case).
+
+    `cases` is [(kind, value)] in command-line order: ("prompt", TEXT), ("tokens", "2,17,5") or
+    ("query", TEXT) (rendered with the tool list in the file `tools`, as `needle --tools F
+    --query Q` does).  Every case gets the teacher-forced logits of its ids (the given ids;
+    BOS + the encoded prompt); prompt and query cases also get the greedy continuation of at
+    most `max_new` tokens (fewer when the context is full: the engine's explicit --max-new
+    must fit, so the recorded value is clamped)."""
+    if not cases:
+        raise CactError("golden --archive needs at least one case: --prompt TEXT, --tokens IDS "
+                        "or --tools FILE --query TEXT")
+    if max_new < 1:
+        raise CactError(f"--max-new {max_new}: want a positive integer")
+    kinds = {k for k, _ in cases}
+    if "query" in kinds and tools is None:
+        raise CactError("--query needs --tools FILE (the tool list the prompt is rendered with)")
+    if tools is not None and "query" not in kinds:
+        raise CactError("--tools goes with --query TEXT (give at least one query)")
+    if system is not None and tools is None:
+        raise CactError("--system goes with --tools and --query")
+    path = os.fspath(archive)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CactError(f"cannot read {path}: {exc.strerror}") from None
+    a = reader.read(data)
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    h = a.header
+    model = Needle3(a, REFERENCE_MODE) if a.generation == 3 else Needle2(a, REFERENCE_MODE)
+    max_seq = h["max_seq_len"]
+    tools_text = None
+    if tools is not None:
+        try:
+            tools_text = Path(tools).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CactError(f"cannot read {tools}: {getattr(exc, 'strerror', None) or exc}") from None
+    out_cases, logits = [], []
+    for index, (kind, value) in enumerate(cases, 1):
+        if kind not in CASE_KINDS:
+            raise CactError(f"unknown case kind {kind!r}")
+        case: dict = {"index": index, "kind": kind}
+        if kind == "tokens":
+            ids = parse_ids(value, h["vocab"], max_seq)
+        else:
+            _check_prompt_text(f"--{kind}", value)
+            if kind == "query":
+                try:
+                    text = prompt.render_prompt(tools_text, value, system)
+                except CactError as exc:
+                    raise CactError(f"{tools}: {exc}") from None
+                case["query"] = value
+            else:
+                text = value
+            case["prompt"] = text
+            ids = [BOS_ID] + tok.encode(text)
+            if len(ids) >= max_seq:
+                raise CactError(f"--{kind} case {index}: the prompt encodes to {len(ids)} tokens (BOS "
+                                f"included) but max_seq_len {max_seq} must leave room for one new token")
+        case["ids"] = ids
+        case["positions"] = len(ids)
+        case["logits"] = f"case-{index}.f32"
+        lg = np.asarray(model.logits(ids), dtype="<f4")
+        if kind != "tokens":
+            n = min(max_new, max_seq - len(ids))
+            greedy = [int(x) for x in model.generate(ids, n)]
+            case["max_new"] = n
+            case["greedy"] = greedy
+            case["greedy_text"] = tok.decode(greedy)
+        else:
+            case["greedy"] = None     # the engine's --tokens mode is teacher-forced only
+        out_cases.append(case)
+        logits.append(lg)
+    doc = {
+        "format": "needle-fw user golden",
+        "format_version": CASES_FORMAT,
+        "archive": path,
+        "archive_sha256": hashlib.sha256(data).hexdigest(),
+        "archive_bytes": len(data),
+        "generation": a.generation,
+        "generator_version": __version__,
+        "numerics_version": NUMERICS_VERSION,
+        "reference_version": REFERENCE_VERSION,
+        "reference_mode": REFERENCE_MODE,
+        "numpy_version": np.__version__,
+        "vocab": h["vocab"],
+        "logit_columns": int(logits[0].shape[1]),
+        "max_seq_len": max_seq,
+        "kv_window": int(model.W_kv),
+        "max_new": max_new,
+        "tools": None if tools is None else {"file": os.fspath(tools), "json": tools_text},
+        "system": system,
+        "cases": out_cases,
+    }
+    return doc, logits
+
+
+def write_user(archive: str | os.PathLike, cases: list[tuple[str, str]], out_dir: str | os.PathLike,
+               tools: str | None = None, system: str | None = None,
+               max_new: int = DEFAULT_MAX_NEW) -> dict:
+    """Compute the user's cases and write DIR/cases.json and DIR/case-N.f32; returns the doc."""
+    doc, logits = compute_user(archive, cases, tools, system, max_new)
+    argv = ["python", "-m", "generator", "golden", "--archive", os.fspath(archive)]
+    if tools is not None:
+        argv += ["--tools", os.fspath(tools)]
+    if system is not None:
+        argv += ["--system", system]
+    for kind, value in cases:
+        argv += [f"--{kind}", value]
+    argv += ["--max-new", str(max_new), "-o", os.fspath(out_dir)]
+    doc["regenerate"] = shlex.join(argv)
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        keep = {c["logits"] for c in doc["cases"]}
+        for old in d.glob("case-*.f32"):          # cases of an earlier, longer run
+            if re.fullmatch(r"case-\d+\.f32", old.name) and old.name not in keep:
+                old.unlink()
+        for case, arr in zip(doc["cases"], logits):
+            (d / case["logits"]).write_bytes(arr.astype("<f4").tobytes())
+        (d / CASES_FILE).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise CactError(f"cannot write {exc.filename or d}: {exc.strerror}") from None
+    for case, arr in zip(doc["cases"], logits):
+        extra = "" if case["greedy"] is None else f", greedy {len(case['greedy'])} tokens"
+        print(f"case {case['index']} ({case['kind']}): {arr.shape[0]} positions{extra}")
+    print(f"wrote {os.fspath(d / CASES_FILE)}: {len(doc['cases'])} cases, archive sha256 "
+          f"{doc['archive_sha256'][:16]}, numerics version {NUMERICS_VERSION}")
+    return doc
+
+
+def load_cases(directory: str | os.PathLike) -> dict:
+    """DIR/cases.json, checked enough that a check can trust it (CactError otherwise)."""
+    d = Path(directory)
+    f = d / CASES_FILE
+    if not d.is_dir():
+        raise CactError(f"{os.fspath(d)} is not a directory (make one with python -m generator golden "
+                        f"--archive A --prompt TEXT -o {os.fspath(d)})")
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CactError(f"{os.fspath(d)} has no {CASES_FILE} (make it with python -m generator golden "
+                        f"--archive A --prompt TEXT -o {os.fspath(d)})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CactError(f"cannot read {os.fspath(f)}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "needle-fw user golden":
+        raise CactError(f"{os.fspath(f)} is not a needle-fw user golden (python -m generator golden --archive ...)")
+    if doc.get("format_version") != CASES_FORMAT:
+        raise CactError(f"{os.fspath(f)}: format version {doc.get('format_version')!r}, this generator "
+                        f"reads {CASES_FORMAT}: regenerate it ({doc.get('regenerate', 'golden --archive')})")
+    if not isinstance(doc.get("cases"), list) or not doc["cases"]:
+        raise CactError(f"{os.fspath(f)} has no cases")
+    return doc
+
+
+def archive_mismatch(doc: dict, directory, archive_path: str) -> str | None:
+    """One line naming both archives when DIR's goldens were made for another archive."""
+    sha = sha256_file(archive_path)
+    if sha == doc.get("archive_sha256"):
+        return None
+    return (f"{os.fspath(directory)} was made for archive {doc.get('archive')} (sha256 "
+            f"{str(doc.get('archive_sha256'))[:16]}) but the archive being built is {archive_path} "
+            f"(sha256 {sha[:16]}): regenerate the goldens for it (python -m generator golden --archive "
+            f"{archive_path} ... -o {os.fspath(directory)}) or build the archive they were made for")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def compare_logits(got: np.ndarray, want: np.ndarray, tol: float) -> tuple[bool, str]:
+    """(passes, figures): bit-identical, or the worst position's max |Δlogit| and max |logit|
+    against the per-position bar max |Δlogit| <= tol * max |logit|."""
+    if got.tobytes() == want.tobytes():
+        return True, "bit-identical"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    d = np.abs(g - w).max(axis=1)
+    d = np.where(np.isnan(d), np.inf, d)
+    m = np.abs(w).max(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(m > 0, d / np.where(m > 0, m, 1), np.where(d > 0, np.inf, 0.0))
+    worst = int(np.argmax(rel)) if rel.max() > 0 else int(np.argmax(d))
+    ok = bool(np.all(d <= tol * m))
+    verdict = "<=" if ok else ">"
+    return ok, (f"{'within tolerance' if ok else 'FAIL'}: worst position {worst} of {len(d)}: "
+                f"max |Δlogit| {_fmt(d[worst])}, max |logit| {_fmt(m[worst])}, relative "
+                f"{_fmt(rel[worst])} {verdict} check_tol={_fmt(tol)}")
+
+
+def _engine_error(proc: subprocess.CompletedProcess) -> str:
+    lines = [l for l in (proc.stderr or "").splitlines() if l.strip()]
+    return f"engine exit {proc.returncode}" + (f": {lines[-1].strip()}" if lines else "")
+
+
+def check(directory: str | os.PathLike, archive: str, board_name: str, engine: str,
+          image: str | None = None, tol: float = 0.0, timeout: float = 3600) -> int:
+    """Run a built engine (natively or under the board's emulator) on every case of DIR and
+    compare with the reference: 0 if every case passes, 1 otherwise.  One line per case."""
+    from generator.build import boards
+    if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+        raise CactError(f"check_tol={tol}: want a non-negative number")
+    doc = load_cases(directory)
+    problem = archive_mismatch(doc, directory, archive)
+    if problem:
+        raise CactError(problem)
+    board = boards.load(board_name)
+    engine, image = os.path.abspath(engine), image and os.path.abspath(image)
+    columns = doc["logit_columns"]
+    stale = [] if doc.get("numerics_version") == NUMERICS_VERSION else [
+        f"note: {os.fspath(directory)} was made under numerics version {doc.get('numerics_version')}, "
+        f"this generator has {NUMERICS_VERSION}: differences may be the numerics' "
+        f"(regenerate: {doc.get('regenerate', 'python -m generator golden --archive ...')})"]
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="needle-check-") as work:
+        def run(args):
+            cmd = boards.run_command(board, engine, [str(a) for a in args], image)
+            try:
+                return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                                      cwd=work, timeout=timeout)
+            except OSError as exc:
+                raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+            except subprocess.TimeoutExpired:
+                raise CactError(f"engine did not finish in {timeout:.0f} s: {shlex.join(cmd)}") from None
+
+        info = run(["--info"])
+        if info.returncode:
+            raise CactError(f"{engine} --info: {_engine_error(info)}")
+        window = re.search(r"window (\d+)", info.stdout)
+        if window and int(window.group(1)) != doc.get("kv_window"):
+            stale.append(f"note: the engine's KV window is {window.group(1)}, the reference's "
+                         f"{doc.get('kv_window')}: positions past the smaller one can differ")
+        if doc.get("tools"):
+            Path(work, "tools.json").write_text(doc["tools"]["json"], encoding="utf-8")
+        for case in doc["cases"]:
+            idx, kind = case["index"], case["kind"]
+            want = np.fromfile(Path(directory) / case["logits"], dtype="<f4")
+            if want.size != case["positions"] * columns:
+                raise CactError(f"{os.fspath(Path(directory) / case['logits'])}: {want.size} floats, "
+                                f"expected {case['positions']} x {columns}")
+            want = want.reshape(case["positions"], columns)
+            out = Path(work, "logits.f32")
+            out.unlink(missing_ok=True)
+            proc = run(["--tokens", ",".join(map(str, case["ids"])), "--logits", out.name])
+            if proc.returncode:
+                ok, text = False, f"FAIL: teacher-forced run: {_engine_error(proc)}"
+            else:
+                got = np.fromfile(out, dtype="<f4") if out.exists() else np.zeros(0, "<f4")
+                if got.size != want.size:
+                    ok, text = False, (f"FAIL: the engine wrote {got.size} logits, the reference has "
+                                       f"{case['positions']} x {columns}")
+                else:
+                    ok, text = compare_logits(got.reshape(want.shape), want, tol)
+            if case.get("greedy") is None:
+                greedy = "teacher-forced only (no greedy run)"
+            else:
+                args = (["--prompt", case["prompt"]] if kind == "prompt" else
+                        ["--tools", "tools.json", "--query", case["query"]]
+                        + (["--system", doc["system"]] if doc.get("system") is not None else []))
+                proc = run(args + ["--max-new", case["max_new"], "--ids"])
+                want_ids = case["greedy"]
+                if proc.returncode:
+                    ok, greedy = False, f"FAIL: greedy run: {_engine_error(proc)}"
+                else:
+                    try:
+                        got_ids = [int(x) for x in proc.stdout.strip().split(",") if x.strip()]
+                    except ValueError:
+                        got_ids = None
+                    if got_ids == want_ids:
+                        greedy = f"greedy continuation matches ({len(want_ids)} tokens)"
+                    elif got_ids is None:
+                        ok, greedy = False, f"FAIL: greedy continuation differs: engine printed {proc.stdout.strip()[:60]!r}"
+                    else:
+                        at = next((i for i, (x, y) in enumerate(zip(got_ids, want_ids)) if x != y),
+                                  min(len(got_ids), len(want_ids)))
+                        e = got_ids[at] if at < len(got_ids) else "end"
+                        r = want_ids[at] if at < len(want_ids) else "end"
+                        ok, greedy = False, (f"FAIL: greedy continuation differs at token {at}: engine {e}, "
+                                             f"reference {r} (engine {len(got_ids)} tokens, reference "
+                                             f"{len(want_ids)})")
+            failed += not ok
+            print(f"case {idx} ({kind}): {text}; {greedy}", flush=True)
+    for line in stale:
+        print(line)
+    n = len(doc["cases"])
+    where = f"{os.fspath(directory)} on board {board_name}"
+    if failed:
+        print(f"check {where}: {failed} of {n} cases FAIL (check_tol={_fmt(tol)})", flush=True)
+        return 1
+    print(f"check {where}: all {n} cases pass (check_tol={_fmt(tol)})", flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    """`python -m generator.commands.golden check DIR --archive A --board B --engine BIN`
+    (what `scons check=DIR` runs after building): one line per case, exit 1 if any fails,
+    2 (one line on stderr) if the check cannot run."""
+    p = argparse.ArgumentParser(prog="python -m generator.commands.golden")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("check", help="run a built engine on DIR's cases and compare")
+    s.add_argument("directory")
+    s.add_argument("--archive", required=True, help="the archive the engine was built for")
+    s.add_argument("--board", required=True, help="board name (boards/NAME.toml): how to run the engine")
+    s.add_argument("--engine", required=True, help="the built executable or ELF image")
+    s.add_argument("--image", help="the archive partition image (boards with placement = partition)")
+    s.add_argument("--tol", default="0", help="per position: max |Δlogit| <= TOL * max |logit| (default 0)")
+    try:
+        args = p.parse_args(argv)
+        try:
+            tol = float(args.tol)
+        except ValueError:
+            raise CactError(f"check_tol={args.tol}: want a non-negative number") from None
+        return check(args.directory, args.archive, args.board, args.engine, args.image, tol)
+    except CactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
