@@ -252,16 +252,7 @@ def _check_prompt_text(what: str, text: str) -> None:
         raise CactError(f"{what}: contains a NUL character")
 
 
-def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools: str | None = None,
-                 system: str | None = None, max_new: int = DEFAULT_MAX_NEW) -> tuple[dict, list[np.ndarray]]:
-    """The a8 reference on the user's cases: (cases.json document, one logits array per case).
-
-    `cases` is [(kind, value)] in command-line order: ("prompt", TEXT), ("tokens", "2,17,5") or
-    ("query", TEXT) (rendered with the tool list in the file `tools`, as `needle --tools F
-    --query Q` does).  Every case gets the teacher-forced logits of its ids (the given ids;
-    BOS + the encoded prompt); prompt and query cases also get the greedy continuation of at
-    most `max_new` tokens (fewer when the context is full: the engine's explicit --max-new
-    must fit, so the recorded value is clamped)."""
+def _check_case_options(cases, tools, system, max_new: int) -> None:
     if not cases:
         raise CactError("golden --archive needs at least one case: --prompt TEXT, --tokens IDS "
                         "or --tools FILE --query TEXT")
@@ -274,6 +265,42 @@ def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools
         raise CactError("--tools goes with --query TEXT (give at least one query)")
     if system is not None and tools is None:
         raise CactError("--system goes with --tools and --query")
+
+
+def _case_ids(case: dict, value: str, tok: Tokenizer, h: dict, tools, tools_text, system) -> list[int]:
+    """The ids a case feeds the engine: the given ids, or BOS + the encoded (rendered) prompt;
+    records the prompt (and query) text in `case`."""
+    kind, index, max_seq = case["kind"], case["index"], h["max_seq_len"]
+    if kind == "tokens":
+        return parse_ids(value, h["vocab"], max_seq)
+    _check_prompt_text(f"--{kind}", value)
+    if kind == "query":
+        try:
+            text = prompt.render_prompt(tools_text, value, system)
+        except CactError as exc:
+            raise CactError(f"{tools}: {exc}") from None
+        case["query"] = value
+    else:
+        text = value
+    case["prompt"] = text
+    ids = [BOS_ID] + tok.encode(text)
+    if len(ids) >= max_seq:
+        raise CactError(f"--{kind} case {index}: the prompt encodes to {len(ids)} tokens (BOS "
+                        f"included) but max_seq_len {max_seq} must leave room for one new token")
+    return ids
+
+
+def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools: str | None = None,
+                 system: str | None = None, max_new: int = DEFAULT_MAX_NEW) -> tuple[dict, list[np.ndarray]]:
+    """The a8 reference on the user's cases: (cases.json document, one logits array per case).
+
+    `cases` is [(kind, value)] in command-line order: ("prompt", TEXT), ("tokens", "2,17,5") or
+    ("query", TEXT) (rendered with the tool list in the file `tools`, as `needle --tools F
+    --query Q` does).  Every case gets the teacher-forced logits of its ids (the given ids;
+    BOS + the encoded prompt); prompt and query cases also get the greedy continuation of at
+    most `max_new` tokens (fewer when the context is full: the engine's explicit --max-new
+    must fit, so the recorded value is clamped)."""
+    _check_case_options(cases, tools, system, max_new)
     path = os.fspath(archive)
     try:
         data = Path(path).read_bytes()
@@ -295,24 +322,8 @@ def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools
         if kind not in CASE_KINDS:
             raise CactError(f"unknown case kind {kind!r}")
         case: dict = {"index": index, "kind": kind}
-        if kind == "tokens":
-            ids = parse_ids(value, h["vocab"], max_seq)
-        else:
-            _check_prompt_text(f"--{kind}", value)
-            if kind == "query":
-                try:
-                    text = prompt.render_prompt(tools_text, value, system)
-                except CactError as exc:
-                    raise CactError(f"{tools}: {exc}") from None
-                case["query"] = value
-            else:
-                text = value
-            case["prompt"] = text
-            ids = [BOS_ID] + tok.encode(text)
-            if len(ids) >= max_seq:
-                raise CactError(f"--{kind} case {index}: the prompt encodes to {len(ids)} tokens (BOS "
-                                f"included) but max_seq_len {max_seq} must leave room for one new token")
-        case["ids"] = ids
+        case["ids"] = _case_ids(case, value, tok, h, tools, tools_text, system)
+        ids = case["ids"]
         case["positions"] = len(ids)
         case["logits"] = f"case-{index}.f32"
         lg = np.asarray(model.logits(ids), dtype="<f4")
@@ -447,6 +458,84 @@ def _engine_error(proc: subprocess.CompletedProcess) -> str:
     return f"engine exit {proc.returncode}" + (f": {lines[-1].strip()}" if lines else "")
 
 
+class _EngineRunner:
+    """Runs the built engine with arguments, natively or under the board's emulator, in a
+    scratch directory; a failure to start or a time-out is a CactError."""
+
+    def __init__(self, board: dict, engine: str, image: str | None, work: str, timeout: float):
+        self.board, self.engine, self.image, self.work, self.timeout = board, engine, image, work, timeout
+
+    def __call__(self, args) -> subprocess.CompletedProcess:
+        from generator.build import boards
+        cmd = boards.run_command(self.board, self.engine, [str(a) for a in args], self.image)
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                                  cwd=self.work, timeout=self.timeout)
+        except OSError as exc:
+            raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        except subprocess.TimeoutExpired:
+            raise CactError(f"engine did not finish in {self.timeout:.0f} s: {shlex.join(cmd)}") from None
+
+
+def _check_logits(run: _EngineRunner, directory, case: dict, columns: int, tol: float) -> tuple[bool, str]:
+    """Teacher-forced logits of the case's ids against the stored ones."""
+    want = np.fromfile(Path(directory) / case["logits"], dtype="<f4")
+    if want.size != case["positions"] * columns:
+        raise CactError(f"{os.fspath(Path(directory) / case['logits'])}: {want.size} floats, "
+                        f"expected {case['positions']} x {columns}")
+    want = want.reshape(case["positions"], columns)
+    out = Path(run.work, "logits.f32")
+    out.unlink(missing_ok=True)
+    proc = run(["--tokens", ",".join(map(str, case["ids"])), "--logits", out.name])
+    if proc.returncode:
+        return False, f"FAIL: teacher-forced run: {_engine_error(proc)}"
+    got = np.fromfile(out, dtype="<f4") if out.exists() else np.zeros(0, "<f4")
+    if got.size != want.size:
+        return False, f"FAIL: the engine wrote {got.size} logits, the reference has {case['positions']} x {columns}"
+    return compare_logits(got.reshape(want.shape), want, tol)
+
+
+def _check_greedy(run: _EngineRunner, doc: dict, case: dict) -> tuple[bool, str]:
+    """The engine's greedy continuation of a prompt or query case against the stored ids."""
+    if case.get("greedy") is None:
+        return True, "teacher-forced only (no greedy run)"
+    args = (["--prompt", case["prompt"]] if case["kind"] == "prompt" else
+            ["--tools", "tools.json", "--query", case["query"]]
+            + (["--system", doc["system"]] if doc.get("system") is not None else []))
+    proc = run(args + ["--max-new", case["max_new"], "--ids"])
+    want_ids = case["greedy"]
+    if proc.returncode:
+        return False, f"FAIL: greedy run: {_engine_error(proc)}"
+    try:
+        got_ids = [int(x) for x in proc.stdout.strip().split(",") if x.strip()]
+    except ValueError:
+        return False, f"FAIL: greedy continuation differs: engine printed {proc.stdout.strip()[:60]!r}"
+    if got_ids == want_ids:
+        return True, f"greedy continuation matches ({len(want_ids)} tokens)"
+    at = next((i for i, (x, y) in enumerate(zip(got_ids, want_ids)) if x != y),
+              min(len(got_ids), len(want_ids)))
+    e = got_ids[at] if at < len(got_ids) else "end"
+    r = want_ids[at] if at < len(want_ids) else "end"
+    return False, (f"FAIL: greedy continuation differs at token {at}: engine {e}, reference {r} "
+                   f"(engine {len(got_ids)} tokens, reference {len(want_ids)})")
+
+
+def _notes(doc: dict, directory, run: _EngineRunner) -> list[str]:
+    """What may explain a difference that is not the engine's fault (shown after the cases)."""
+    notes = [] if doc.get("numerics_version") == NUMERICS_VERSION else [
+        f"note: {os.fspath(directory)} was made under numerics version {doc.get('numerics_version')}, "
+        f"this generator has {NUMERICS_VERSION}: differences may be the numerics' "
+        f"(regenerate: {doc.get('regenerate', 'python -m generator golden --archive ...')})"]
+    info = run(["--info"])
+    if info.returncode:
+        raise CactError(f"{run.engine} --info: {_engine_error(info)}")
+    window = re.search(r"window (\d+)", info.stdout)
+    if window and int(window.group(1)) != doc.get("kv_window"):
+        notes.append(f"note: the engine's KV window is {window.group(1)}, the reference's "
+                     f"{doc.get('kv_window')}: positions past the smaller one can differ")
+    return notes
+
+
 def check(directory: str | os.PathLike, archive: str, board_name: str, engine: str,
           image: str | None = None, tol: float = 0.0, timeout: float = 3600) -> int:
     """Run a built engine (natively or under the board's emulator) on every case of DIR and
@@ -459,82 +548,18 @@ def check(directory: str | os.PathLike, archive: str, board_name: str, engine: s
     if problem:
         raise CactError(problem)
     board = boards.load(board_name)
-    engine, image = os.path.abspath(engine), image and os.path.abspath(image)
-    columns = doc["logit_columns"]
-    stale = [] if doc.get("numerics_version") == NUMERICS_VERSION else [
-        f"note: {os.fspath(directory)} was made under numerics version {doc.get('numerics_version')}, "
-        f"this generator has {NUMERICS_VERSION}: differences may be the numerics' "
-        f"(regenerate: {doc.get('regenerate', 'python -m generator golden --archive ...')})"]
     failed = 0
     with tempfile.TemporaryDirectory(prefix="needle-check-") as work:
-        def run(args):
-            cmd = boards.run_command(board, engine, [str(a) for a in args], image)
-            try:
-                return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                                      cwd=work, timeout=timeout)
-            except OSError as exc:
-                raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
-            except subprocess.TimeoutExpired:
-                raise CactError(f"engine did not finish in {timeout:.0f} s: {shlex.join(cmd)}") from None
-
-        info = run(["--info"])
-        if info.returncode:
-            raise CactError(f"{engine} --info: {_engine_error(info)}")
-        window = re.search(r"window (\d+)", info.stdout)
-        if window and int(window.group(1)) != doc.get("kv_window"):
-            stale.append(f"note: the engine's KV window is {window.group(1)}, the reference's "
-                         f"{doc.get('kv_window')}: positions past the smaller one can differ")
+        run = _EngineRunner(board, os.path.abspath(engine), image and os.path.abspath(image), work, timeout)
+        notes = _notes(doc, directory, run)
         if doc.get("tools"):
             Path(work, "tools.json").write_text(doc["tools"]["json"], encoding="utf-8")
         for case in doc["cases"]:
-            idx, kind = case["index"], case["kind"]
-            want = np.fromfile(Path(directory) / case["logits"], dtype="<f4")
-            if want.size != case["positions"] * columns:
-                raise CactError(f"{os.fspath(Path(directory) / case['logits'])}: {want.size} floats, "
-                                f"expected {case['positions']} x {columns}")
-            want = want.reshape(case["positions"], columns)
-            out = Path(work, "logits.f32")
-            out.unlink(missing_ok=True)
-            proc = run(["--tokens", ",".join(map(str, case["ids"])), "--logits", out.name])
-            if proc.returncode:
-                ok, text = False, f"FAIL: teacher-forced run: {_engine_error(proc)}"
-            else:
-                got = np.fromfile(out, dtype="<f4") if out.exists() else np.zeros(0, "<f4")
-                if got.size != want.size:
-                    ok, text = False, (f"FAIL: the engine wrote {got.size} logits, the reference has "
-                                       f"{case['positions']} x {columns}")
-                else:
-                    ok, text = compare_logits(got.reshape(want.shape), want, tol)
-            if case.get("greedy") is None:
-                greedy = "teacher-forced only (no greedy run)"
-            else:
-                args = (["--prompt", case["prompt"]] if kind == "prompt" else
-                        ["--tools", "tools.json", "--query", case["query"]]
-                        + (["--system", doc["system"]] if doc.get("system") is not None else []))
-                proc = run(args + ["--max-new", case["max_new"], "--ids"])
-                want_ids = case["greedy"]
-                if proc.returncode:
-                    ok, greedy = False, f"FAIL: greedy run: {_engine_error(proc)}"
-                else:
-                    try:
-                        got_ids = [int(x) for x in proc.stdout.strip().split(",") if x.strip()]
-                    except ValueError:
-                        got_ids = None
-                    if got_ids == want_ids:
-                        greedy = f"greedy continuation matches ({len(want_ids)} tokens)"
-                    elif got_ids is None:
-                        ok, greedy = False, f"FAIL: greedy continuation differs: engine printed {proc.stdout.strip()[:60]!r}"
-                    else:
-                        at = next((i for i, (x, y) in enumerate(zip(got_ids, want_ids)) if x != y),
-                                  min(len(got_ids), len(want_ids)))
-                        e = got_ids[at] if at < len(got_ids) else "end"
-                        r = want_ids[at] if at < len(want_ids) else "end"
-                        ok, greedy = False, (f"FAIL: greedy continuation differs at token {at}: engine {e}, "
-                                             f"reference {r} (engine {len(got_ids)} tokens, reference "
-                                             f"{len(want_ids)})")
-            failed += not ok
-            print(f"case {idx} ({kind}): {text}; {greedy}", flush=True)
-    for line in stale:
+            ok_logits, logits = _check_logits(run, directory, case, doc["logit_columns"], tol)
+            ok_greedy, greedy = _check_greedy(run, doc, case)
+            failed += not (ok_logits and ok_greedy)
+            print(f"case {case['index']} ({case['kind']}): {logits}; {greedy}", flush=True)
+    for line in notes:
         print(line)
     n = len(doc["cases"])
     where = f"{os.fspath(directory)} on board {board_name}"
