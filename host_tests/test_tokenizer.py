@@ -30,7 +30,7 @@ from generator.archive.tokenizer import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "generator" / "data"
-TOOLS = ROOT / "tools" / "tokenizer"
+RECIPE_DIR = ROOT / "tools" / "tokenizer"
 MODELS = {"tok1k": (DATA / "tok1k.model", 1024), "tok8k": (DATA / "tok8k.model", 8192)}
 LINES_FILE = Path(__file__).resolve().parent / "data" / "tokenizer_lines.txt"
 
@@ -116,9 +116,9 @@ def test_encode_matches_sentencepiece_on_extra_cases(model, spm):
 def test_encode_matches_sentencepiece_on_corpus_records(model, spm):
     name, path, _, _, tok = model
     sp = _sp(spm, path)
-    text = (TOOLS / "corpus" / "chat_transcripts.txt").read_bytes().decode("utf-8")
+    text = (RECIPE_DIR / "corpus" / "chat_transcripts.txt").read_bytes().decode("utf-8")
     records = text.split("\n\n")[:150]
-    pydoc = (DATA / "corpus" / "pydoc_topics.txt").read_bytes().decode("utf-8")
+    pydoc = (RECIPE_DIR / "corpus" / "pydoc_topics.txt").read_bytes().decode("utf-8")
     records += pydoc.split("\n\n")[:150]
     for rec in records:
         assert tok.encode(rec) == sp.encode(rec), (name, rec[:80])
@@ -623,16 +623,16 @@ def _load(path: Path):
 
 
 def test_corpus_transcripts_are_reproducible():
-    make_corpus = _load(TOOLS / "make_corpus.py")
+    make_corpus = _load(RECIPE_DIR / "make_corpus.py")
     text = make_corpus.make_transcripts()
-    assert text.encode("utf-8") == (TOOLS / "corpus" / "chat_transcripts.txt").read_bytes()
+    assert text.encode("utf-8") == (RECIPE_DIR / "corpus" / "chat_transcripts.txt").read_bytes()
     assert "\r" not in text
 
 
 def test_models_are_reproducible(spm):
     if spm.__version__ != "0.2.3":
         pytest.skip(f"models were trained with sentencepiece 0.2.3, not {spm.__version__}")
-    recipe = _load(TOOLS / "train_tokenizer.py")
+    recipe = _load(RECIPE_DIR / "train_tokenizer.py")
     records = recipe.corpus_records()
     for name, vocab_size in recipe.MODELS.items():
         assert recipe.train(vocab_size, records) == (DATA / name).read_bytes(), name

@@ -3,6 +3,8 @@
  *   needle --prompt TEXT [--max-new N] [--ids]  greedy continuation, streamed (--ids: as token ids)
  *   needle --tools FILE.json --query TEXT       tool-calling prompt (prompt-and-tokenizer.md §4)
  *          [--system TEXT] [--max-new N]
+ *          [--plain-markers]                    chat markers in the query, system and tools
+ *                                               JSON encoded as plain text (docs/prompt.md)
  *   needle --tokens 2,17,5 [--logits FILE]      teacher-forced; logits as raw LE float32 [T][vocab]
  *          [--heads FILE]                       ... and every probe head's output (LE float32,
  *                                               manifest order; engines built with head_tokens=N)
@@ -181,12 +183,14 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     return heads_path ? write_heads(heads_path) : 0;
 }
 
-/* Encode a prompt, prefill it, and stream the greedy continuation (needle2-model.md §8). */
-static int generate(const char *text, size_t len, uint32_t max_new, int max_new_given)
+/* Encode a prompt, prefill it, and stream the greedy continuation (needle2-model.md §8).
+ * plain[0..n_plain): byte ranges whose chat markers are encoded as plain text. */
+static int generate(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
+                    uint32_t max_new, int max_new_given)
 {
     if (len == 0) return fail(2, "empty prompt");
     ids[0] = NEEDLE_BOS_ID;
-    int32_t n = needle_tok_encode(text, len, ids + 1, NEEDLE_MAX_SEQ - 2);
+    int32_t n = needle_tok_encode_spans(text, len, ids + 1, NEEDLE_MAX_SEQ - 2, plain, n_plain);
     if (n == NEEDLE_TOK_E_UTF8) return fail(2, "prompt is not valid UTF-8");
     if (n < 0) return fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
                               "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
@@ -225,6 +229,7 @@ static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N] [--ids]\n"
+          "              [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --info | --bench N | --help\n";
     hal_out(text, sizeof text - 1);
@@ -235,9 +240,10 @@ static int cli(int argc, char **argv)
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL;
     uint32_t max_new = 96, bench = 0;
-    int info = 0, max_new_given = 0;
+    int info = 0, max_new_given = 0, plain_markers = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
-                                        "--heads", "--max-new", "--bench", "--info", "--ids" };
+                                        "--heads", "--max-new", "--bench", "--info", "--ids",
+                                        "--plain-markers" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -262,6 +268,8 @@ static int cli(int argc, char **argv)
             info = 1;
         } else if (!strcmp(a, "--ids")) {
             print_ids = 1;
+        } else if (!strcmp(a, "--plain-markers")) {
+            plain_markers = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return hal_out_status() ? fail_stdout() : 0;
@@ -274,6 +282,7 @@ static int cli(int argc, char **argv)
         return fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench (see --help)");
     if ((logits || heads) && !tokens) return fail(2, "--logits and --heads go with --tokens");
     if (system && !tools) return fail(2, "--system goes with --tools and --query");
+    if (plain_markers && !(tools || query)) return fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return fail(2, "--ids goes with --prompt or --tools");
 
     if (needle_boot()) return fail(3, "%s", needle_error());
@@ -289,11 +298,20 @@ static int cli(int argc, char **argv)
         if (hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &len))
             return fail(2, "cannot read %s: %s", tools, hal_reason());
         char err[256];
-        int n = needle_render_prompt(tools_json, len, query, system, prompt, sizeof prompt, err, sizeof err);
+        needle_prompt_untrusted untrusted;
+        int n = needle_render_prompt_ex(tools_json, len, query, system, prompt, sizeof prompt, err, sizeof err,
+                                        &untrusted);
         if (n < 0) return fail(2, "%s: %s", tools, err);
-        return generate(prompt, (size_t)n, max_new, max_new_given);
+        /* --plain-markers: the caller's parts (system, tools JSON, query) have markers off */
+        needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
+        size_t n_plain = 0;
+        for (; plain_markers && n_plain < untrusted.n; n_plain++) {
+            plain[n_plain].start = untrusted.span[n_plain].start;
+            plain[n_plain].len = untrusted.span[n_plain].len;
+        }
+        return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
     }
-    return generate(text, strlen(text), max_new, max_new_given);
+    return generate(text, strlen(text), NULL, 0, max_new, max_new_given);
 }
 
 int needle_cli(int argc, char **argv)

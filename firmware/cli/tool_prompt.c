@@ -500,12 +500,31 @@ static int pr_json_minify(pr_json *j)
 int needle_render_prompt(const char *tools_json, size_t len, const char *query,
                          const char *system, char *out, size_t cap, char *err, size_t errcap)
 {
+    return needle_render_prompt_ex(tools_json, len, query, system, out, cap, err, errcap, NULL);
+}
+
+static void pr_untrusted(needle_prompt_untrusted *u, size_t start, size_t end)
+{
+    if (u == NULL || end == start || u->n >= NEEDLE_PROMPT_MAX_UNTRUSTED) return;
+    u->span[u->n].start = start;
+    u->span[u->n].len = end - start;
+    u->n++;
+}
+
+int needle_render_prompt_ex(const char *tools_json, size_t len, const char *query,
+                            const char *system, char *out, size_t cap, char *err,
+                            size_t errcap, needle_prompt_untrusted *untrusted)
+{
     pr_out o;
     pr_err e;
     pr_json j;
-    size_t qlen, bad;
+    size_t qlen, bad, at;
     const uint8_t *sys0 = NULL, *sys1 = NULL;
+    needle_prompt_untrusted u;
     int rc;
+
+    u.n = 0;
+    if (untrusted) untrusted->n = 0;
 
     e.buf = err;
     e.cap = err ? errcap : 0u;
@@ -561,10 +580,13 @@ int needle_render_prompt(const char *tools_json, size_t len, const char *query,
 
     if (sys0) {
         pr_put_str(&o, "<|im_start|>system\n");
+        at = o.n;
         pr_put(&o, sys0, (size_t)(sys1 - sys0));
+        pr_untrusted(&u, at, o.n);
         pr_put_str(&o, "<|im_end|>\n");
     }
     pr_put_str(&o, "<|im_start|>user\n<tools>");
+    at = o.n;
     j.s = (const uint8_t *)tools_json;
     j.len = len;
     j.pos = 0;
@@ -575,8 +597,11 @@ int needle_render_prompt(const char *tools_json, size_t len, const char *query,
         if (out && cap > 0u) out[0] = '\0';
         return rc;
     }
+    pr_untrusted(&u, at, o.n);
     pr_put_str(&o, "</tools>\n");
+    at = o.n;
     pr_put(&o, query, qlen);
+    pr_untrusted(&u, at, o.n);
     pr_put_str(&o, "<|im_end|>\n<|im_start|>assistant\n");
 
     if (o.overflow || o.n > (size_t)INT_MAX - 1u) {
@@ -589,5 +614,6 @@ int needle_render_prompt(const char *tools_json, size_t len, const char *query,
         return NEEDLE_PROMPT_E_SPACE;
     }
     out[o.n] = '\0';
+    if (untrusted) *untrusted = u;
     return (int)o.n;
 }

@@ -30,4 +30,24 @@
 int needle_render_prompt(const char *tools_json, size_t len, const char *query,
                          const char *system, char *out, size_t cap, char *err, size_t errcap);
 
+/* Where the caller's text sits in a rendered prompt: the stripped system (if rendered), the
+ * TOOLS_JSON and the query (if non-empty), in this order, as byte ranges of out[].  The
+ * rest is the template's own text.  Twin of generator/commands/prompt.py
+ * render_prompt_segments (its markers=False segments). */
+#define NEEDLE_PROMPT_MAX_UNTRUSTED 3
+typedef struct {
+    struct {
+        size_t start;
+        size_t len;
+    } span[NEEDLE_PROMPT_MAX_UNTRUSTED];
+    size_t n;
+} needle_prompt_untrusted;
+
+/* needle_render_prompt, and on success the untrusted ranges in *untrusted (which may be
+ * NULL; on failure its n is 0).  Used to encode chat markers in the caller's text as plain
+ * text (needle_tok_encode_spans; docs/prompt.md, "Chat markers in untrusted text"). */
+int needle_render_prompt_ex(const char *tools_json, size_t len, const char *query,
+                            const char *system, char *out, size_t cap, char *err,
+                            size_t errcap, needle_prompt_untrusted *untrusted);
+
 #endif /* NEEDLE_TOOL_PROMPT_H */

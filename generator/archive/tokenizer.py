@@ -358,6 +358,7 @@ class Tokenizer:
         else:
             self._byte_ids = None
         self._utf8 = [s.encode("utf-8") for s in self._surfaces]
+        self._vocab_plain = None  # the vocabulary without USER_DEFINED pieces, when needed
         # Markers: USER_DEFINED pieces, longest (in code points) first, ties in id order;
         # grouped by first code point (only those can match at a given position).
         order = sorted((i for i in range(n) if self._types[i] == USER_DEFINED),
@@ -404,8 +405,54 @@ class Tokenizer:
         return value
 
     # ---- encoder (section 2)
-    def encode(self, text: str) -> list:
-        """Piece ids of ``text``; no BOS/EOS is added."""
+    def encode(self, text: str, markers: bool = True) -> list:
+        """Piece ids of ``text``; no BOS/EOS is added.
+
+        ``markers=True`` (the default) is the reference encoder: USER_DEFINED pieces (the
+        chat markers) are matched anywhere in the text.  ``markers=False`` encodes the text
+        as if the vocabulary had no USER_DEFINED pieces: a marker's characters go through
+        BPE and byte fallback like any other text, and no USER_DEFINED id is produced.
+        """
+        if markers is not True and markers is not False:
+            raise CactError(f"markers must be True or False, not {markers!r}")
+        if markers:
+            return self._encode(text, None)
+        return self.encode_segments(((text, False),))
+
+    def encode_segments(self, segments) -> list:
+        """Piece ids of the concatenation of ``segments``, a sequence of ``(text, markers)``.
+
+        Markers are matched only inside the runs of consecutive segments whose ``markers``
+        is True, as if each such run ended where the next ``markers=False`` segment begins
+        (so a marker never takes characters of a ``False`` segment).  Everything else is the
+        encoding of the whole text: one dummy prefix, BPE over the stretches between matched
+        markers whatever segments they cross.  With every ``markers`` True the result is
+        ``encode("".join(texts))`` exactly.  If some segment has ``markers=False``, BPE
+        leaves USER_DEFINED pieces out of its merges and final lookups (in the ``True``
+        parts this changes nothing: a stretch between matched markers holds no marker there).
+        """
+        texts, plain, pos = [], [], 0
+        for item in segments:
+            try:
+                text, allow = item
+            except (TypeError, ValueError):
+                raise CactError(f"a segment must be a (text, markers) pair, not {item!r}") from None
+            if not isinstance(text, str):
+                raise CactError(f"segment text must be a str, not {type(text).__name__}")
+            if allow is not True and allow is not False:
+                raise CactError(f"segment markers must be True or False, not {allow!r}")
+            if not allow and text:
+                if plain and plain[-1][1] == pos:
+                    plain[-1] = (plain[-1][0], pos + len(text))
+                else:
+                    plain.append((pos, pos + len(text)))
+            texts.append(text)
+            pos += len(text)
+        return self._encode("".join(texts), plain if plain else None)
+
+    def _encode(self, text: str, plain) -> list:
+        """The encoder; ``plain``: None, or sorted disjoint ``(start, end)`` code-point ranges
+        of ``text`` where no marker may match."""
         if not isinstance(text, str):
             raise CactError(f"encode needs a str, not {type(text).__name__}")
         if not text:
@@ -416,21 +463,36 @@ class Tokenizer:
             raise CactError(f"text has a lone surrogate U+{ord(text[exc.start]):04X} at index "
                             f"{exc.start}; it cannot be encoded") from None
         s = text.replace(" ", SPACE_PIECE)
+        shift = 0
         if self.add_dummy_prefix == 1:
             s = SPACE_PIECE + s
+            shift = 1
         markers = self._markers
+        if plain is None:
+            vocab = self._vocab
+        else:
+            vocab = self._plain_vocab()
+            # the ranges in positions of s (after the dummy prefix)
+            plain = [(a + shift, b + shift) for a, b in plain]
         if not markers:
-            return self._bpe(s)
+            return self._bpe(s, vocab)
         ids = []
         pending = 0  # start of the pending (not yet encoded) buffer
         i, n = 0, len(s)
+        k = 0  # index of the first plain range that does not end at or before i
         while i < n:
             candidates = markers.get(s[i])
             if candidates is not None:
+                limit = n
+                if plain is not None:
+                    while k < len(plain) and plain[k][1] <= i:
+                        k += 1
+                    if k < len(plain):
+                        limit = i if plain[k][0] <= i else plain[k][0]
                 for surface, pid in candidates:
-                    if s.startswith(surface, i):
+                    if s.startswith(surface, i, limit):
                         if pending < i:
-                            ids.extend(self._bpe(s[pending:i]))
+                            ids.extend(self._bpe(s[pending:i], vocab))
                         ids.append(pid)
                         i += len(surface)
                         pending = i
@@ -440,12 +502,22 @@ class Tokenizer:
             else:
                 i += 1
         if pending < n:
-            ids.extend(self._bpe(s[pending:]))
+            ids.extend(self._bpe(s[pending:], vocab))
         return ids
 
-    def _bpe(self, segment: str) -> list:
-        """BPE on one marker-free segment: highest score first, leftmost on ties."""
-        vocab, scores = self._vocab, self._scores
+    def _plain_vocab(self) -> dict:
+        """The vocabulary without its USER_DEFINED pieces (built once)."""
+        plain = self._vocab_plain
+        if plain is None:
+            types = self._types
+            plain = {surface: i for surface, i in self._vocab.items() if types[i] != USER_DEFINED}
+            self._vocab_plain = plain
+        return plain
+
+    def _bpe(self, segment: str, vocab: dict) -> list:
+        """BPE on one marker-free segment: highest score first, leftmost on ties; ``vocab``
+        is the surface -> id map merges and final symbols are looked up in."""
+        scores = self._scores
         syms = list(segment)
         n = len(syms)
         nxt = list(range(1, n + 1))

@@ -12,6 +12,10 @@ the same either way).  The input must be strict RFC 8259 JSON whose top level is
 of objects; duplicate keys in an object are rejected.  Every rule, and the few places
 where this deliberately differs from ``json.loads``/``json.dumps``, is in docs/prompt.md.
 
+``render_prompt_segments`` gives the same prompt split into template text and the caller's
+text, and ``render_prompt_ids`` its token ids, optionally with chat markers in the caller's
+text encoded as plain text (``--plain-markers``; docs/prompt.md).
+
 This module is the twin of the hand-written ``firmware/cli/tool_prompt.c``: the same
 input gives the same bytes, and the same error message ("tools JSON: line L, column C:
 ..." with the column counted in characters).
@@ -284,16 +288,45 @@ def _check_text(name: str, value: str) -> None:
         raise CactError(f"{name} contains a NUL character")
 
 
-def render_prompt(tools_json_text: str, query: str, system: str | None = None) -> str:
-    """The section 4.1 prompt for a tool list (JSON text), a query and an optional system."""
+def render_prompt_segments(tools_json_text: str, query: str,
+                           system: str | None = None) -> list:
+    """The section 4.1 prompt as ``(text, trusted)`` pieces whose concatenation is
+    :func:`render_prompt`'s result: ``trusted`` is True for the template's own text (its
+    chat markers included) and False for the caller's text: the stripped system, the
+    TOOLS_JSON and the query (twin of ``needle_render_prompt_ex``'s untrusted spans)."""
     _check_text("query", query)
     parts = []
     if system is not None:
         _check_text("system", system)
         stripped = system.strip()
         if stripped:
-            parts.append(f"<|im_start|>system\n{stripped}<|im_end|>\n")
+            parts += [("<|im_start|>system\n", True), (stripped, False), ("<|im_end|>\n", True)]
     tools = minify_tools(tools_json_text)
-    parts.append(f"<|im_start|>user\n<tools>{tools}</tools>\n{query}<|im_end|>\n"
-                 "<|im_start|>assistant\n")
-    return "".join(parts)
+    parts += [("<|im_start|>user\n<tools>", True), (tools, False), ("</tools>\n", True),
+              (query, False), ("<|im_end|>\n<|im_start|>assistant\n", True)]
+    return parts
+
+
+def render_prompt(tools_json_text: str, query: str, system: str | None = None) -> str:
+    """The section 4.1 prompt for a tool list (JSON text), a query and an optional system."""
+    return "".join(text for text, _ in render_prompt_segments(tools_json_text, query, system))
+
+
+def render_prompt_ids(tokenizer, tools_json_text: str, query: str, system: str | None = None,
+                      *, plain_markers: bool = False) -> list:
+    """``[BOS] + ids`` of the prompt, as the CLI feeds it (``needle --tools F --query Q``).
+
+    ``plain_markers=False`` (the default, the packages' behaviour): ``tokenizer.encode`` of
+    the whole prompt, so a chat marker written in the query, the system or the tool list
+    becomes a marker token.  ``plain_markers=True`` (``needle --plain-markers``): the
+    caller's text is encoded with markers off (docs/prompt.md, "Chat markers in untrusted
+    text"); only the template's own markers are marker tokens.
+    """
+    if plain_markers is not True and plain_markers is not False:
+        raise CactError(f"plain_markers must be True or False, not {plain_markers!r}")
+    segments = render_prompt_segments(tools_json_text, query, system)
+    if plain_markers:
+        ids = tokenizer.encode_segments(segments)
+    else:
+        ids = tokenizer.encode("".join(text for text, _ in segments))
+    return [tokenizer.bos_id] + ids
