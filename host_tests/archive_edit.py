@@ -1,4 +1,4 @@
-"""Byte-level editing of `.cact` archives for the reader tests (cact-format.md §1–§5, §11).
+"""Byte-level editing of `.cact` archives for the reader tests (docs/spec/cact-format.md §1–§5, §11).
 
 Everything here works on the *layout as written* (a 28-entry codebook, records at
 `HDR + 112 + 44·i`), not on what a possibly-corrupted header claims, so patches can be
@@ -253,7 +253,7 @@ N3_TINY = dict(
 
 
 def build_n3_tiny(seed: int = 0, heads: tuple[int, ...] = (2, 3), bits: int = 4) -> bytes:
-    """A small, valid Needle 3 archive (cact-format §9, §10.2) built with the writer.
+    """A small, valid Needle 3 archive (docs/spec/cact-format.md §9, §10.2) built with the writer.
 
     Heads use the CQ layout (k = q = 4); the tokenizer is the tiny preset's 1k model.
     """

@@ -72,7 +72,7 @@ def _lines() -> list:
 
 LINES = _lines()
 
-# The worked example of prompt-and-tokenizer.md section 4.2.
+# The worked example of docs/spec/prompt-and-tokenizer.md section 4.2.
 TOOLS_42 = [{"name": "get_weather", "description": "Get the current weather for a city.",
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"]}}]
@@ -536,7 +536,7 @@ def test_c_prompt_errors_match_python(builds, variant):
 
 
 def test_tokenized_prompt_starts_as_specified(builds):
-    """prompt-and-tokenizer.md 4.3: the encoded prompt begins with "▁" then <|im_start|>."""
+    """docs/spec/prompt-and-tokenizer.md 4.3: the encoded prompt begins with "▁" then <|im_start|>."""
     build = builds["small"]
     prompt = render_prompt(json.dumps(TOOLS_42), QUERY_42)
     ids = [int(x) for x in _encode_c(build, "gcc", [prompt], "p")[0].split()]

@@ -1,8 +1,8 @@
 """`python -m generator inspect`: the JSON schema (docs/inspect-json.md) and the table.
 
 The Needle 2 base census is checked against closed forms derived from the canonical order
-of cact-format.md §8, the bit map of §12.3 (embedding 4, mHC φ maps 4, every other CQ
-tensor 2, heads FP16) and the published figures in facts.md (405 tensors, 13,737,807 bytes
+of docs/spec/cact-format.md §8, the bit map of §12.3 (embedding 4, mHC φ maps 4, every other CQ
+tensor 2, heads FP16) and the published figures in docs/spec/facts.md (405 tensors, 13,737,807 bytes
 of which 115,215 are the tokenizer blob).
 """
 
@@ -196,7 +196,7 @@ def test_docs_describe_every_key(tiny_json):
 
 def expected_n2_census(h: dict, heads: dict[int, tuple[int, int]], widths: dict[str, int],
                        tokenizer_bytes: int) -> dict[str, dict[str, int]]:
-    """Census of a Needle 2 archive from the header alone (cact-format.md §6.2, §8, §10.1).
+    """Census of a Needle 2 archive from the header alone (docs/spec/cact-format.md §6.2, §8, §10.1).
 
     widths: {"embedding": b, "mhc": b, "rest": b} CQ width codes; heads: code -> (P, out).
     """
@@ -288,7 +288,7 @@ def test_needle2_base_size_matches_published_archive(base_summary):
 
 
 def test_needle2_base_session_ram(base_summary):
-    """kv_window 256, int8 KV; and the budget window of facts.md (704) when kv_window is 0."""
+    """kv_window 256, int8 KV; and the budget window of docs/spec/facts.md (704) when kv_window is 0."""
     a, s = base_summary
     ram = s["session_ram"]
     assert ram["window"] == 256

@@ -1,4 +1,4 @@
-"""Needle 3: synthetic presets and the published census, rungs (needle3-model.md §8), the NumPy
+"""Needle 3: synthetic presets and the published census, rungs (docs/spec/needle3-model.md §8), the NumPy
 reference (both modes, windows, conv taps, rungs in place, heads) and its goldens."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def small():
 
 # ---- the published archive's census ---------------------------------------------------
 
-# seed 001 / facts.md: 581 tensors = 115 CQ2 (29.9 MB) + 7 CQ4 + 456 FP16 (1.25 MB) + 2 FP32 +
+# seed 001 / docs/spec/facts.md: 581 tensors = 115 CQ2 (29.9 MB) + 7 CQ4 + 456 FP16 (1.25 MB) + 2 FP32 +
 # the tokenizer, 35.3 MB in all; engram tables 110,592 rows of 128, one per site.
 PUBLISHED = dict(tensors=581, cq2=115, cq2_mb=29.9, cq4=7, fp16=456, fp16_mb=1.25, fp32=2,
                  total_mb=35.3)
@@ -67,8 +67,8 @@ def test_needle3_base_census_matches_the_published_archive():
     assert c["cq2"]["count"] == PUBLISHED["cq2"] and c["cq4"]["count"] == PUBLISHED["cq4"]
     assert c["fp16"]["count"] == PUBLISHED["fp16"] and c["fp32"]["count"] == PUBLISHED["fp32"]
     assert c["raw"]["count"] == 1
-    assert c["cq2"]["bytes"] == 29_898_240              # facts.md derived check of "29.9 MB"
-    assert c["fp16"]["bytes"] == 1_250_220              # facts.md derived check of "1.25 MB"
+    assert c["cq2"]["bytes"] == 29_898_240              # docs/spec/facts.md derived check of "29.9 MB"
+    assert c["fp16"]["bytes"] == 1_250_220              # docs/spec/facts.md derived check of "1.25 MB"
     assert round(c["cq2"]["bytes"] / 1e6, 1) == PUBLISHED["cq2_mb"]
     assert round(c["fp16"]["bytes"] / 1e6, 2) == PUBLISHED["fp16_mb"]
     assert abs(a.size / 1e6 - PUBLISHED["total_mb"]) < 0.1
@@ -116,7 +116,7 @@ def test_permutations_are_the_package_ones(archives):
 
 # ---- rungs -----------------------------------------------------------------------------
 
-# needle3-model.md §8, verbatim: D -> (kept original layers, sites, globals) at L = 20
+# docs/spec/needle3-model.md §8, verbatim: D -> (kept original layers, sites, globals) at L = 20
 SPEC_TABLE = """
 2 | 0, 19 | 1 | 1
 3 | 0, 9, 19 | 2 | 1, 2
@@ -151,7 +151,7 @@ def test_ladder_order_and_the_table_of_section_8():
 
 
 def test_rung_kv_windows_follow_the_budget_formula():
-    """deployment-numerics.md §2.3 worked values (configured window 0 → the budget itself)."""
+    """docs/spec/deployment-numerics.md §2.3 worked values (configured window 0 → the budget itself)."""
     base = dict(synth.PRESETS["needle3-base"].geometry, kv_window=0)
     assert geometry.budget_window(base) == 3456
     got = {D: rung.rung_header(base, rung.kept_layers(20, D))["kv_window"] for D in range(2, 20)}

@@ -2,7 +2,7 @@
 
 Nothing else may escape (no struct.error, IndexError, ValueError, OverflowError,
 MemoryError, numpy errors), no single call may take 2 s or allocate more than 64 MB
-(cact-format.md §13: "all arithmetic on sizes and offsets ... with overflow checks before
+(docs/spec/cact-format.md §13: "all arithmetic on sizes and offsets ... with overflow checks before
 any allocation or indexing").  Inputs:
 
 (a) random bytes, bare or behind a valid tag / a valid header + codebook prefix;

@@ -1,6 +1,6 @@
 """Hand-made malformed archives: `reader.read` must raise CactError naming the cause.
 
-Spec: cact-format.md §1–§11 and the validation rules of §13 (F1–F6, G1–G10, R1–R13,
+Spec: docs/spec/cact-format.md §1–§11 and the validation rules of §13 (F1–F6, G1–G10, R1–R13,
 T1–T4).  Each case edits a valid archive (`tiny` preset unless noted; a ternary variant
 of it; a small Needle 3 archive built by `archive_edit.build_n3_tiny`) and asserts
 

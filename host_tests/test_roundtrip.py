@@ -1,6 +1,6 @@
 """Write → read → dequantise: the archive reproduces what the writer was given.
 
-Spec: cact-format.md §1 (layout), §2 (header), §4 (codebook), §5 (records), §6 (blob
+Spec: docs/spec/cact-format.md §1 (layout), §2 (header), §4 (codebook), §5 (records), §6 (blob
 encodings, bit packing, dequantisation), §11 (tokenizer).
 
 Known float matrices (Gaussian rows, widths 300 and 8 so the last CQ group is padded)

@@ -1,7 +1,7 @@
 """Tokenizer blob, encoder and decoder (generator/tokenizer.py).
 
 Reference for the ids: the SentencePiece library itself, on the two models trained by
-tools/tokenizer/train_tokenizer.py.  The encoder follows prompt-and-tokenizer.md section 2,
+tools/tokenizer/train_tokenizer.py.  The encoder follows docs/spec/prompt-and-tokenizer.md section 2,
 which the blob specifies; with identity normalisation and no whitespace collapsing it is
 expected to agree with ``SentencePieceProcessor.encode`` on every input (it did on every
 line of host_tests/data/tokenizer_lines.txt and on the extra cases below: KNOWN_DIVERGENT
@@ -47,7 +47,7 @@ def _lines() -> list:
 
 LINES = _lines()
 
-# The worked example of prompt-and-tokenizer.md section 4.2.
+# The worked example of docs/spec/prompt-and-tokenizer.md section 4.2.
 TOOLS = [{"name": "get_weather", "description": "Get the current weather for a city.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                          "required": ["city"]}}]

@@ -1,7 +1,7 @@
 /* needle: the command-line front end of a generated engine (Linux boards and the host).
  *
  *   needle --prompt TEXT [--max-new N] [--ids]  greedy continuation, streamed (--ids: as token ids)
- *   needle --tools FILE.json --query TEXT       tool-calling prompt (prompt-and-tokenizer.md §4)
+ *   needle --tools FILE.json --query TEXT       tool-calling prompt (docs/spec/prompt-and-tokenizer.md §4)
  *          [--system TEXT] [--max-new N]
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
@@ -183,7 +183,7 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     return heads_path ? write_heads(heads_path) : 0;
 }
 
-/* Encode a prompt, prefill it, and stream the greedy continuation (needle2-model.md §8).
+/* Encode a prompt, prefill it, and stream the greedy continuation (docs/spec/needle2-model.md §8).
  * plain[0..n_plain): byte ranges whose chat markers are encoded as plain text. */
 static int generate(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
                     uint32_t max_new, int max_new_given)

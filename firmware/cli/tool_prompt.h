@@ -1,4 +1,4 @@
-/* tool_prompt.h -- render the Needle tool-calling prompt (prompt-and-tokenizer.md 4.1).
+/* tool_prompt.h -- render the Needle tool-calling prompt (docs/spec/prompt-and-tokenizer.md 4.1).
  *
  * Hand-written, no heap, no stdio: the caller passes the output buffer.  The rules are in
  * docs/prompt.md; generator/commands/prompt.py is the Python twin and gives identical bytes and

@@ -1,4 +1,4 @@
-"""Constants and pure size arithmetic of the `.cact` container (spec: cact-format.md).
+"""Constants and pure size arithmetic of the `.cact` container (spec: docs/spec/cact-format.md).
 
 Nothing here reads a file; the reader, the writer and the planner all share these
 definitions so that the layout is stated exactly once.
@@ -16,7 +16,7 @@ BLOB_ALIGN = 64
 CODEBOOK_LEN = 28
 CQ_GROUP = 128  # the group every writer uses and the header codebook is scaled for
 
-# dtype codes (cact-format.md §5; seed 002's 0-based codes are wrong)
+# dtype codes (docs/spec/cact-format.md §5; seed 002's 0-based codes are wrong)
 FP16, FP32, CQ, RAW = 1, 2, 3, 4
 DTYPE_NAMES = {FP16: "FP16", FP32: "FP32", CQ: "CQ", RAW: "RAW"}
 
@@ -53,10 +53,10 @@ assert len(HEADER_FIELDS[3]) * 4 == HEADER_BYTES[3]
 MAX_ORDERS = 4
 MAX_SITES = {2: 4, 3: 16}
 
-# Tokenizer constants (prompt-and-tokenizer.md §1)
+# Tokenizer constants (docs/spec/prompt-and-tokenizer.md §1)
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 
-# KV budget constants (deployment-numerics.md §2.3)
+# KV budget constants (docs/spec/deployment-numerics.md §2.3)
 KV_BUDGET_BYTES = 11 * 2**20 + 512 * 2**10
 KV_BUDGET_GROUP = 32
 KV_WINDOW_MIN = 160

@@ -1,6 +1,6 @@
 """Cactus Quants: codebooks, Hadamard rotations, quantise / pack / unpack / dequantise.
 
-Spec: cact-format.md §4 (codebooks) and §6 (blob encodings, dequantisation).  These are
+Spec: docs/spec/cact-format.md §4 (codebooks) and §6 (blob encodings, dequantisation).  These are
 pure NumPy functions on arrays; the writer and the reader wrap them with file layout.
 """
 

@@ -1,6 +1,6 @@
 """Validating reader for `.cact` archives of both generations.
 
-Every rule of cact-format.md §13 is checked with exact Python integers, in an order that
+Every rule of docs/spec/cact-format.md §13 is checked with exact Python integers, in an order that
 never allocates or indexes past what an earlier check proved to be inside the file.  The
 result is an `Archive`: the header by field name, the codebook, the directory with each
 record's role, the parsed tokenizer, and zero-copy accessors for tensor data.

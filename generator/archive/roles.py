@@ -1,4 +1,4 @@
-"""Canonical tensor order of both generations (cact-format.md §8–§10).
+"""Canonical tensor order of both generations (docs/spec/cact-format.md §8–§10).
 
 Tensors carry no names in the file: their meaning is their position.  This module turns
 a validated header into the list of (role, dtype, shape) the directory must hold, so the
@@ -113,7 +113,7 @@ def core_count(gen: int, hdr: dict) -> int:
 
 
 def bitmap_name(role: str) -> str | None:
-    """The canonical name a Needle 2 bit map matches against (cact-format §12.1)."""
+    """The canonical name a Needle 2 bit map matches against (docs/spec/cact-format.md §12.1)."""
     if role == "embedding":
         return "embedding"
     if role.startswith("layer"):

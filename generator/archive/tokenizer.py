@@ -1,7 +1,7 @@
 """The tokenizer carried in a `.cact` archive: RAW blob, validation, encoder and decoder.
 
-Written from ``cact-format.md`` section 11 (blob layout) and 13.3 (rules T1-T4) and
-``prompt-and-tokenizer.md`` sections 2-3 (the encoder/decoder the blob specifies).
+Written from ``docs/spec/cact-format.md`` section 11 (blob layout) and 13.3 (rules T1-T4) and
+``docs/spec/prompt-and-tokenizer.md`` sections 2-3 (the encoder/decoder the blob specifies).
 
 Blob layout (little-endian, offsets relative to the blob start)::
 
@@ -32,7 +32,7 @@ from generator.errors import CactError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 0, 1, 2, 3, 4
 
-#: The ten chat markers with their fixed ids (prompt-and-tokenizer.md section 1).
+#: The ten chat markers with their fixed ids (docs/spec/prompt-and-tokenizer.md section 1).
 CHAT_MARKERS = (
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tools>", "</tools>",
     "<tool_call>", "</tool_call>", "<tool_result>", "</tool_result>",
@@ -46,7 +46,7 @@ MIN_RECORD = RECORD_HEAD.size + 1  # surfaces are non-empty (T2)
 MAX_SURFACE = 0xFFFF
 _HEX_UPPER = "0123456789ABCDEF"
 
-# SentencePiece ModelProto.SentencePiece.Type -> blob type (cact-format.md section 11:
+# SentencePiece ModelProto.SentencePiece.Type -> blob type (docs/spec/cact-format.md section 11:
 # "NORMAL otherwise", which covers UNUSED = 5).
 _SP_TYPE_TO_BLOB = {1: NORMAL, 2: UNKNOWN, 3: CONTROL, 4: USER_DEFINED, 6: BYTE, 5: NORMAL}
 
@@ -194,7 +194,7 @@ def _pack_blob(data: TokenizerData) -> bytes:
 
 
 def build_blob(model_path_or_bytes, add_dummy_prefix: int = 1) -> bytes:
-    """The RAW tokenizer blob (cact-format.md section 11) of a SentencePiece model.
+    """The RAW tokenizer blob (docs/spec/cact-format.md section 11) of a SentencePiece model.
 
     ``model_path_or_bytes`` is a path to a ``.model`` file or its serialized bytes.  The
     model's protobuf is read directly (no sentencepiece import); scores are copied bit for
@@ -312,7 +312,7 @@ def _varint(buf: bytes, pos: int, end: int):
 # --------------------------------------------------------------------------- encoder / decoder
 
 class Tokenizer:
-    """Encoder and decoder of prompt-and-tokenizer.md sections 2 and 3."""
+    """Encoder and decoder of docs/spec/prompt-and-tokenizer.md sections 2 and 3."""
 
     def __init__(self, data: TokenizerData):
         pieces = list(data.pieces)

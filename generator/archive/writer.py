@@ -1,4 +1,4 @@
-"""Archive writer: the layout algorithm of cact-format.md §1 and the tensor payload encoders.
+"""Archive writer: the layout algorithm of docs/spec/cact-format.md §1 and the tensor payload encoders.
 
 The writer takes a header (by field name) and the tensors in canonical order, and lays them
 out exactly as the packages do: header, codebook, directory, zero padding to 64, each blob

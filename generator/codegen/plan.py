@@ -195,7 +195,7 @@ class SitePlan:
 
 @dataclass(frozen=True)
 class HeadPlan:
-    """One probe head (needle2-model.md §9 / needle3-model.md §9) the engine computes."""
+    """One probe head (docs/spec/needle2-model.md §9 / docs/spec/needle3-model.md §9) the engine computes."""
 
     code: int
     name: str
@@ -424,7 +424,7 @@ def rope_inv_freq(head_dim: int, theta: float) -> list[float]:
 
 
 def _head_plans(a: Archive, head_tokens: int) -> tuple[HeadPlan, ...]:
-    """Probe heads the engine computes (needle2-model.md §9), when head_tokens > 0."""
+    """Probe heads the engine computes (docs/spec/needle2-model.md §9), when head_tokens > 0."""
     if not head_tokens or not a.heads:
         return ()
     if head_tokens > a.header["max_seq_len"]:

@@ -1,6 +1,6 @@
 """Plan of the generated C tokenizer: a `TokenizerPlan` for templates/needle_tokenizer.{h,c}.j2.
 
-The generated C reads the archive's RAW tokenizer blob (cact-format.md section 11) in place,
+The generated C reads the archive's RAW tokenizer blob (docs/spec/cact-format.md section 11) in place,
 from the linked ``needle_cact[]`` bytes, and never parses it at run time: every offset,
 order and table it needs is resolved here.
 
@@ -85,7 +85,7 @@ def plan(archive: Archive, max_text: int = DEFAULT_MAX_TEXT) -> TokenizerPlan:
     base = rec.offset
     n = tok.n_pieces
 
-    # Walk the records exactly as cact-format.md section 11 lays them out and cross-check
+    # Walk the records exactly as docs/spec/cact-format.md section 11 lays them out and cross-check
     # every field against the parsed tokenizer, so the tables cannot disagree with the blob.
     rel, abs_offsets, lengths, scores, types = [], [], [], [], []
     pos = HEADER.size

@@ -179,7 +179,7 @@ def main(argv=None) -> int:
                    help="greedy tokens per prompt/query case (default 16)")
     s.set_defaults(fn=cmd_golden, cases=[])
 
-    s = sub.add_parser("rung", help="cut a D-layer rung out of a Needle 3 archive (needle3-model §8)")
+    s = sub.add_parser("rung", help="cut a D-layer rung out of a Needle 3 archive (docs/spec/needle3-model.md §8)")
     s.add_argument("archive")
     s.add_argument("--layers", type=int, required=True, metavar="D", help="layers to keep, 2 <= D < L")
     s.add_argument("-o", "--output", required=True)

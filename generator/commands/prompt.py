@@ -1,4 +1,4 @@
-"""The tool-calling prompt of prompt-and-tokenizer.md section 4.1.
+"""The tool-calling prompt of docs/spec/prompt-and-tokenizer.md section 4.1.
 
 ``render_prompt(tools_json_text, query, system=None)`` returns::
 

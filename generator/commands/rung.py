@@ -1,4 +1,4 @@
-"""Rungs of the Needle 3 ladder: cut a D-layer subnetwork out of an archive (needle3-model.md §8).
+"""Rungs of the Needle 3 ladder: cut a D-layer subnetwork out of an archive (docs/spec/needle3-model.md §8).
 
 `cut(archive, D)` keeps the first D layers of the bisection order, renumbers them by rank,
 copies every per-layer tensor byte for byte, restricts the mHC tensors to the kept layers'

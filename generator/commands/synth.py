@@ -51,7 +51,7 @@ def _n2(vocab, d, H, G, h, L, max_seq, n, slots, sub, tables, orders, sites, kv_
 
 def _n3(vocab, out_vocab, d, H, G, hq, hv, L, max_seq, n, sliding, globals_, taps, slots, sub,
         tables, orders, sites, kv_window, seed_heads=0, kv_bits=8, theta=100000.0):
-    """A Needle 3 header (cact-format.md §3).  `kv_window` is the configured (trained) window;
+    """A Needle 3 header (docs/spec/cact-format.md §3).  `kv_window` is the configured (trained) window;
     the stored value is min(budget window, configured) as `needle build` writes it."""
     mask = sum(1 << g for g in globals_)
     hdr = dict(kv_window=0, kv_bits=kv_bits, vocab=vocab, out_vocab=out_vocab, d_model=d,
@@ -229,11 +229,11 @@ def _walsh(b: int, rnd: _Draw, noise: float = 0.2) -> np.ndarray:
     return quant.hadamard(b).astype(np.float64) + rnd.normal((b, b), noise / math.sqrt(b))
 
 
-HEAD_BITS_N3 = 4  # cact-format.md §12.2: the head matrices are CQ4 in every writer
+HEAD_BITS_N3 = 4  # docs/spec/cact-format.md §12.2: the head matrices are CQ4 in every writer
 
 
 def draw_heads_n3(hdr: dict, heads: dict, seed: int, codebook, width_of=None) -> list:
-    """Needle 3 probe heads (cact-format.md §10.2): code -> (k probes per row, q queries, out)."""
+    """Needle 3 probe heads (docs/spec/cact-format.md §10.2): code -> (k probes per row, q queries, out)."""
     if not heads:
         return []
     rnd = _Draw(seed + 7919)

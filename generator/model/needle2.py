@@ -1,4 +1,4 @@
-"""NumPy reference of the Needle 2 forward pass (spec: needle2-model.md).
+"""NumPy reference of the Needle 2 forward pass (spec: docs/spec/needle2-model.md).
 
 Two numerics modes:
 
@@ -75,7 +75,7 @@ class _Linear:
 class Needle2:
     """The reference model bound to one archive, one numerics mode and one KV window.
 
-    `forward` is a fixed sequence of named steps (needle2-model.md §4): `embed`, `engram`,
+    `forward` is a fixed sequence of named steps (docs/spec/needle2-model.md §4): `embed`, `engram`,
     then per layer `layer` (lane routing 4a–4i around `block`: B1–B13 with `attention` and
     `mlp`), then `head`.  Needle 3 subclasses this and overrides only the steps that differ;
     the hooks it overrides are identities or the Needle 2 form here (`qkv_mix`, `q_code`,
@@ -151,7 +151,7 @@ class Needle2:
 
     # ---- engram -------------------------------------------------------------------
     def engram_slots(self, tokens: list[int], t: int) -> list[tuple[int, bool]]:
-        """(slot, valid) of every table τ = i·E_h + η at position t (needle2-model.md §4
+        """(slot, valid) of every table τ = i·E_h + η at position t (docs/spec/needle2-model.md §4
         step 2a/2b); the hash seed uses stride `seed_stride` (E_h, or Needle 3's Σ)."""
         M = self.hdr["engram_slots"]
         out = []
@@ -282,7 +282,7 @@ class Needle2:
 
     # ---- block --------------------------------------------------------------------
     def block(self, l: int, b: np.ndarray, state: State, start: int) -> np.ndarray:
-        """Block_l (needle2-model.md §5, needle3-model.md §5) on b [T, d] at positions
+        """Block_l (docs/spec/needle2-model.md §5, docs/spec/needle3-model.md §5) on b [T, d] at positions
         start..start+T-1."""
         p = f"layer{l:02d}."
         T = b.shape[0]
@@ -396,7 +396,7 @@ class Needle2:
         return self.forward(self.new_state(), tokens)
 
     def generate(self, prompt_ids, max_new: int, stop_at_eos: bool = True) -> list[int]:
-        """Greedy continuation (needle2-model.md §8); returns the new ids (EOS not included)."""
+        """Greedy continuation (docs/spec/needle2-model.md §8); returns the new ids (EOS not included)."""
         ids = list(prompt_ids)[: self.hdr["max_seq_len"] - 1]
         max_len = min(self.hdr["max_seq_len"], len(ids) + max_new)
         return self.greedy(ids, max_len, stop_at_eos)
@@ -420,7 +420,7 @@ class Needle2:
     def prompt_ids(self, text: str, tok) -> list[int]:
         return [BOS_ID] + tok.encode(text)
 
-    # ---- probe heads (needle2-model.md §9) ----------------------------------------
+    # ---- probe heads (docs/spec/needle2-model.md §9) ----------------------------------------
     def cells(self, tokens) -> np.ndarray:
         """The probe heads' cells of a whole sequence from an empty state: [T, L+1, d]."""
         state = self.new_state()

@@ -1,4 +1,4 @@
-"""NumPy reference of the Needle 3 forward pass (spec: needle3-model.md; numerics:
+"""NumPy reference of the Needle 3 forward pass (spec: docs/spec/needle3-model.md; numerics:
 docs/numerics.md §11).
 
 Same two numerics modes as Needle 2:
@@ -10,7 +10,7 @@ Same two numerics modes as Needle 2:
 * ``a8``: docs/numerics.md to the letter (A8 products, per-head int8 Q/K/V, sequential f32
   everywhere else): what every generated C engine computes.
 
-What Needle 3 adds over Needle 2 (needle3-model.md §2): split head widths h_q / h_v; a causal
+What Needle 3 adds over Needle 2 (docs/spec/needle3-model.md §2): split head widths h_q / h_v; a causal
 depthwise conv with T_c taps on the raw Q, K, V projections (decode keeps the raw projections
 of the last T_c − 1 positions); per-layer sliding-window or global attention; the Monarch
 MLP (three Kronecker mixes, two permutations, input conditioning); the engram seed stride;
@@ -22,7 +22,7 @@ Attention visibility of key p for the query at t in layer l (docs/numerics.md §
 ``t − p < W_kv or p < n_sinks`` on every layer.  ``window="package"`` drops the deployment
 window and gives the package's logits.  The same rule gates the conv taps (ok_j).
 
-``active_layers`` / ``skip`` run a rung in place (needle3-model.md §8): skipped layers pass
+``active_layers`` / ``skip`` run a rung in place (docs/spec/needle3-model.md §8): skipped layers pass
 the lanes through, active layers take their lane offsets from their rank, and the probe
 heads drop the skipped layers' rows (−∞ in H3).
 """
@@ -96,7 +96,7 @@ class Needle3(Needle2):
         self.p1 = self.vec("hada_p1").astype(np.int64)
         self.p2 = self.vec("hada_p2").astype(np.int64)
 
-    # ---- rungs in place (needle3-model.md §8) -------------------------------------
+    # ---- rungs in place (docs/spec/needle3-model.md §8) -------------------------------------
     def engram_sites(self):
         """Only the sites whose layer runs."""
         return [sigma for sigma, layer in enumerate(self.sites) if layer in self.rank]
@@ -163,7 +163,7 @@ class Needle3(Needle2):
 
     # ---- MLP ----------------------------------------------------------------------
     def mlp(self, l: int, c: np.ndarray) -> np.ndarray:
-        """The Kronecker (Monarch) Hadamard MLP, M1–M7 (needle3-model.md §5.1)."""
+        """The Kronecker (Monarch) Hadamard MLP, M1–M7 (docs/spec/needle3-model.md §5.1)."""
         p = f"layer{l:02d}."
         v = self.vec
         T = c.shape[0]
@@ -187,7 +187,7 @@ class Needle3(Needle2):
 
     # ---- conveniences -------------------------------------------------------------
     def generate(self, prompt_ids, max_new: int, stop_at_eos: bool = True) -> list[int]:
-        """Greedy continuation over the V_out logits (needle3-model.md §10); the prompt must be
+        """Greedy continuation over the V_out logits (docs/spec/needle3-model.md §10); the prompt must be
         shorter than max_seq_len.  Returns the new ids (EOS not included)."""
         ids = list(prompt_ids)
         if not ids:
@@ -200,7 +200,7 @@ class Needle3(Needle2):
             return []
         return self.greedy(ids, max_len, stop_at_eos)
 
-    # ---- probe heads (needle3-model.md §9) ----------------------------------------
+    # ---- probe heads (docs/spec/needle3-model.md §9) ----------------------------------------
     def head_matrix(self, role: str) -> np.ndarray:
         """A head matrix as f32 rows: CQ dequantised (butterfly form), FP16 as stored."""
         rec = self.a.record(role)

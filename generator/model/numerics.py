@@ -271,7 +271,7 @@ def kron_mix(z: np.ndarray, aa: np.ndarray, bb: np.ndarray) -> np.ndarray:
     """Kron(z; Aa, Bb) = Aaᵀ · Z · Bb on the row-major [b_a, b_b] reshape of the last axis.
 
     T[k][j] = Σ_i f32(Aa[i][k]·Z[i][j]) ascending i, then Y[k][m] = Σ_j f32(T[k][j]·Bb[j][m])
-    ascending j (deployment-numerics.md §1), vectorised over every other index.
+    ascending j (docs/spec/deployment-numerics.md §1), vectorised over every other index.
     """
     ba, bbn = aa.shape[0], bb.shape[0]
     lead = z.shape[:-1]

@@ -3,7 +3,7 @@
 Two files come out of here:
 
 * ``chat_transcripts.txt``: synthetic tool-calling chat transcripts in the exact prompt
-  format of ``prompt-and-tokenizer.md`` section 4 (prompt immediately followed by its
+  format of ``docs/spec/prompt-and-tokenizer.md`` section 4 (prompt immediately followed by its
   target), interleaved with short free-text lines in several scripts.  Produced by a seeded
   ``random.Random``, so the file is byte-for-byte reproducible on any Python 3.
   Records are separated by one blank line; a record never contains a blank line.

@@ -4,7 +4,7 @@
     tok8k.model   8192 pieces
 
 Both are trained on the committed corpus in ``tools/tokenizer/corpus/`` (see its README)
-with the settings the blob/encoder of ``prompt-and-tokenizer.md`` needs to agree with the
+with the settings the blob/encoder of ``docs/spec/prompt-and-tokenizer.md`` needs to agree with the
 SentencePiece library: identity normalisation, no whitespace collapsing, a dummy prefix,
 byte fallback, pad/eos/bos/unk = 0/1/2/3 and the ten chat markers as user-defined symbols
 (ids 4..13, in the order of ``CHAT_MARKERS``).
