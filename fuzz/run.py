@@ -2,6 +2,7 @@
 """Build the libFuzzer harnesses of fuzz/ into build/fuzz/ and run each for N seconds.
 
     fuzz/run.py [SECONDS] [--only NAME ...] [--jobs J] [--out DIR] [--build-only]
+    fuzz/run.py --soak [N] [--out DIR]     the CLI soak (fuzz/soak.c), N iterations (10000)
 
 SECONDS (default 60) goes to libFuzzer as -max_total_time.  Each harness runs on a fresh copy
 of its seed corpus fuzz/corpus/NAME/ (the seeds are never modified) with the dictionary
@@ -128,6 +129,179 @@ def run(name, exe, seconds, out):
             "tail": log[-3000:]}
 
 
+# ---------------------------------------------------------------------------------------------
+# The soak (fuzz/soak.c): not libFuzzer, just clang with ASan + UBSan + LeakSanitizer.
+
+def soak_available(cc="clang"):
+    """None if `cc -fsanitize=address,undefined` links and runs with LeakSanitizer, else why."""
+    if shutil.which(cc) is None:
+        return f"{cc} is not installed"
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "t.c"
+        src.write_text("#include <stdlib.h>\n#include <sanitizer/lsan_interface.h>\n"
+                       "int main(void){ free(malloc(8)); return __lsan_do_recoverable_leak_check(); }\n")
+        p = subprocess.run([cc, "-fsanitize=address,undefined", str(src), "-o", str(Path(d) / "t")],
+                           capture_output=True, text=True)
+        if p.returncode:
+            return f"{cc} cannot link -fsanitize=address,undefined:\n" + p.stderr.strip()[-400:]
+        p = subprocess.run([str(Path(d) / "t")], capture_output=True, text=True)
+        if p.returncode:
+            return "an ASan/LeakSanitizer program does not run here (ptrace restricted?):\n" + \
+                p.stderr.strip()[-400:]
+    return None
+
+
+def build_soak(out, cc="clang"):
+    """Generate the tiny golden engine for the host board (the kernels `scons board=host` picks)
+    into out/soak-gen and link out/soak: fuzz/soak.c + firmware/cli/main.c (unchanged) +
+    tool_prompt.c + format.c + the engine, everything under ASan + UBSan, compiled with the
+    host build's numerics flags so its answers match `scons board=host sanitize=1`."""
+    sys.path.insert(0, str(ROOT))
+    from generator.build import boards, flags
+    board = boards.load("host")
+    family = boards.kernel_family(board)
+    gen = out / "soak-gen"
+    subprocess.run([sys.executable, "-m", "generator", "emit", str(ARCHIVE), "-o", str(gen),
+                    "--board", "host", "--kernels", family],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    exe = out / "soak"
+    cflags = [f for f in flags.compile_flags(board, family) if f != "-Werror"]
+    cmd = [cc, *cflags, "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+           "-fno-sanitize-recover=all", "-D_GNU_SOURCE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
+           "-o", str(exe), str(FUZZ / "soak.c"), str(CLI / "main.c"), str(CLI / "tool_prompt.c"),
+           str(HAL / "format.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
+           str(gen / "needle_tokenizer.c"), str(gen / "needle_archive.S"), "-lm"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"building soak failed:\n{' '.join(cmd)}\n{p.stderr}")
+    return exe
+
+
+SOAK_LINE = re.compile(r"^soak: iterations (\d+), requests (\d+), mismatches (\d+), "
+                       r"leak checks (\d+) \(leaking (\d+)\), ([\d.]+) s, maxrss (\d+) -> (\d+) KiB$", re.M)
+
+
+def parse_records(text):
+    """{K: (rc, stdout bytes, stderr bytes, file)} from soak's record lines."""
+    recs, k, cur = {}, None, {}
+    for line in text.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "request":
+            k, cur = int(rest), {}
+            recs[k] = cur
+        elif k is not None and tag in ("rc", "stdout", "stderr", "file"):
+            cur[tag] = int(rest) if tag == "rc" else bytes.fromhex(rest) if tag != "file" else rest
+    return {k: (v["rc"], v["stdout"], v["stderr"], v["file"]) for k, v in recs.items()}
+
+
+def soak_requests(exe):
+    """[(full_stdout, [args])] as soak --list prints them."""
+    p = subprocess.run([str(exe), "--list"], cwd=ROOT, capture_output=True, check=True)
+    reqs = []
+    for line in p.stdout.decode().splitlines():
+        flag, *args = line.split(" ")
+        reqs.append((flag == "full",
+                     [b"" if a == "-" else bytes.fromhex(a) for a in args]))
+    return reqs
+
+
+def run_soak(exe, iterations):
+    """Run the soak; returns (summary dict or None, first-run records, returncode, output)."""
+    t0 = time.monotonic()
+    p = subprocess.run([str(exe), str(iterations), "--records"], cwd=ROOT, capture_output=True)
+    wall = time.monotonic() - t0
+    text = p.stdout.decode(errors="replace")
+    m = SOAK_LINE.search(text)
+    summary = None
+    if m:
+        n, r, mis, lc, lk, s, a, b = m.groups()
+        summary = {"iterations": int(n), "requests": int(r), "mismatches": int(mis),
+                   "leak_checks": int(lc), "leaking": int(lk), "seconds": float(s),
+                   "maxrss_first_pass_kib": int(a), "maxrss_end_kib": int(b), "wall": wall}
+    return summary, parse_records(text), p.returncode, text + p.stderr.decode(errors="replace")
+
+
+def fresh_records(exe, count):
+    """The record of each request run alone in a fresh soak process (`soak --once K`)."""
+    out = {}
+    for k in range(count):
+        p = subprocess.run([str(exe), "--once", str(k)], cwd=ROOT, capture_output=True)
+        if p.returncode:
+            raise RuntimeError(f"soak --once {k} exited {p.returncode}:\n"
+                               + p.stderr.decode(errors="replace")[-2000:])
+        out.update(parse_records(p.stdout.decode()))
+    return out
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def binary_records(needle, requests, tmp):
+    """The record of each request run by a real CLI binary (e.g. `scons board=host sanitize=1`):
+    "@SINK" becomes a file in tmp, a "full" request writes its standard output to /dev/full."""
+    out = {}
+    for k, (full, args) in enumerate(requests):
+        sink = Path(tmp) / f"sink-{k}.bin"
+        if sink.exists():
+            sink.unlink()
+        argv = [str(needle)] + [str(sink).encode() if a == b"@SINK" else a for a in args]
+        with open("/dev/full" if full else os.devnull, "wb") as devfull:
+            p = subprocess.run(argv, cwd=ROOT, stdout=devfull if full else subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        data = sink.read_bytes() if sink.exists() else None
+        file = "none" if data is None else f"{len(data)} {fnv1a64(data):016x}"
+        out[k] = (p.returncode, b"" if full else p.stdout, p.stderr, file)
+    return out
+
+
+def compare_records(first, other, label):
+    """Lines describing every request whose record differs between first and other."""
+    bad = []
+    for k in sorted(set(first) | set(other)):
+        a, b = first.get(k), other.get(k)
+        if a != b:
+            bad.append(f"request {k}: in-loop first run {a!r} != {label} {b!r}")
+    return bad
+
+
+def soak_main(iterations, out, needle=None):
+    reason = soak_available()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        exe = build_soak(out)
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        print(e, file=sys.stderr)
+        return 2
+    summary, first, rc, text = run_soak(exe, iterations)
+    if summary is None or rc:
+        print(f"soak FAIL: exit {rc}\n{text[-6000:]}")
+        return 1
+    print(f"soak: {summary['iterations']} iterations over {summary['requests']} requests in "
+          f"{summary['seconds']:.1f} s ({summary['iterations'] / summary['seconds']:.0f} requests/s), "
+          f"mismatches {summary['mismatches']}, leak checks {summary['leak_checks']} "
+          f"(leaking {summary['leaking']}), maxrss {summary['maxrss_first_pass_kib']} -> "
+          f"{summary['maxrss_end_kib']} KiB")
+    bad = compare_records(first, fresh_records(exe, summary["requests"]), "soak --once")
+    label = "fresh soak --once K processes"
+    if needle:
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            bad += compare_records(first, binary_records(needle, soak_requests(exe), tmp), str(needle))
+        label += f" and {needle}"
+    print(f"first runs vs {label}: {len(bad)} differing")
+    for line in bad[:20]:
+        print("  " + line)
+    return 1 if bad else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("seconds", nargs="?", type=int, default=60)
@@ -135,7 +309,13 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=len(HARNESSES), help="harnesses run at once")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--soak", type=int, nargs="?", const=10000, metavar="N",
+                    help="build and run the CLI soak (fuzz/soak.c) for N iterations instead")
+    ap.add_argument("--needle", type=Path, help="with --soak: also compare with this CLI binary "
+                    "(e.g. from scons board=host sanitize=1 archive=host_tests/golden/tiny/archive.cact)")
     a = ap.parse_args(argv)
+    if a.soak is not None:
+        return soak_main(a.soak, a.out.resolve(), a.needle)
     reason = libfuzzer_available()
     if reason:
         print(reason, file=sys.stderr)
