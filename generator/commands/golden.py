@@ -102,6 +102,13 @@ def token_sequence(tok: Tokenizer, vocab: int, length: int, seed: int) -> list[i
     return ids[:length]
 
 
+def _provenance(data: bytes, recipe: dict) -> dict:
+    """What a golden records about where it came from."""
+    return {"archive_sha256": hashlib.sha256(data).hexdigest(), "archive_bytes": len(data),
+            "recipe": recipe, "generator_version": __version__,
+            "reference_version": REFERENCE_VERSION, "numpy_version": np.__version__}
+
+
 def compute(name: str, data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
     r = ALL_RECIPES[name]
     a = reader.read(data)
@@ -117,12 +124,7 @@ def compute(name: str, data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
         greedy[mode] = model.generate(prompt_ids, r["max_new"])
     meta = {
         "name": name,
-        "archive_sha256": hashlib.sha256(data).hexdigest(),
-        "archive_bytes": len(data),
-        "recipe": r,
-        "generator_version": __version__,
-        "reference_version": REFERENCE_VERSION,
-        "numpy_version": np.__version__,
+        **_provenance(data, r),
         "kv_window": a.header["kv_window"],
         "kv_bits": a.header["kv_bits"],
         "vocab": a.header["vocab"],
@@ -151,12 +153,7 @@ def _compute_n3(name: str, r: dict, a, data: bytes) -> tuple[dict, dict[str, np.
     meta = {
         "name": name,
         "generation": 3,
-        "archive_sha256": hashlib.sha256(data).hexdigest(),
-        "archive_bytes": len(data),
-        "recipe": r,
-        "generator_version": __version__,
-        "reference_version": REFERENCE_VERSION,
-        "numpy_version": np.__version__,
+        **_provenance(data, r),
         "window": "deploy",
         "kv_window": h["kv_window"],
         "deploy_window": model.W_kv,

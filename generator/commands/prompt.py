@@ -136,6 +136,15 @@ class _Minifier:
         def digit(at):
             return at < n and s[at] in _DIGITS
 
+        def digits(at):         # one or more digits of a fraction or an exponent
+            if at >= n:
+                self.fail(at, "unexpected end of input")
+            if not digit(at):
+                self.fail(at, "invalid number")
+            while digit(at):
+                at += 1
+            return at
+
         if s[p] == "-":
             p += 1
         if p >= n:
@@ -148,23 +157,12 @@ class _Minifier:
         else:
             self.fail(p, "invalid number")
         if p < n and s[p] == ".":
-            p += 1
-            if p >= n:
-                self.fail(p, "unexpected end of input")
-            if not digit(p):
-                self.fail(p, "invalid number")
-            while digit(p):
-                p += 1
+            p = digits(p + 1)
         if p < n and s[p] in "eE":
             p += 1
             if p < n and s[p] in "+-":
                 p += 1
-            if p >= n:
-                self.fail(p, "unexpected end of input")
-            if not digit(p):
-                self.fail(p, "invalid number")
-            while digit(p):
-                p += 1
+            p = digits(p)
         self.out.append(s[start:p])
         self.pos = p
 
