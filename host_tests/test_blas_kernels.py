@@ -48,7 +48,10 @@ def _variants() -> list[tuple[str, dict]]:
     return out
 
 
-@pytest.mark.parametrize("name,extra", _variants(), ids=[v[0] for v in _variants()])
+VARIANTS = _variants()
+
+
+@pytest.mark.parametrize("name,extra", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_float_reference_tests_pass_under_other_blas_kernels(name, extra):
     env = dict(os.environ, **extra)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOAT_TESTS],

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.codegen import render as emit
 from generator.archive import reader
 from generator.codegen import tokenizer_plan as pt
+from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 from generator.errors import CactError
 from generator.commands.prompt import minify_tools, render_prompt
 from generator.archive.tokenizer import BYTE, CHAT_MARKERS, CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
@@ -51,18 +51,6 @@ VARIANTS = {
 }
 RUN_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1")
-
-INCBIN = """\
-    .section .cact,"a"
-    .balign 64
-    .global needle_cact
-    .type needle_cact, %object
-needle_cact:
-    .incbin "{path}"
-    .size needle_cact, . - needle_cact
-    .section .note.GNU-stack,"",%progbits
-"""
-
 
 def _lines() -> list:
     text = LINES_FILE.read_bytes().decode("utf-8")
@@ -115,11 +103,7 @@ class Build:
 def _render(name: str, directory: Path, max_text: int = pt.DEFAULT_MAX_TEXT):
     path = GOLDEN / name / "archive.cact"
     archive = reader.read(path)
-    plan = pt.plan(archive, max_text=max_text)
-    (directory / "needle_tokenizer.h").write_text(emit.render("needle_tokenizer.h.j2", plan))
-    (directory / "needle_tokenizer.c").write_text(emit.render("needle_tokenizer.c.j2", plan))
-    (directory / "cact.S").write_text(INCBIN.format(path=str(path)))
-    return archive, plan
+    return archive, write_tokenizer_sources(path, directory, max_text)
 
 
 @pytest.fixture(scope="session")
@@ -631,10 +615,7 @@ def synth_builds(tmp_path_factory, tiny_bytes, edit) -> dict:
         blob = _pack_blob(_synth_tokenizer(cfg, vocab, 100 + k))
         path.write_bytes(edit.with_tokenizer_blob(tiny_bytes, blob))
         archive = reader.read(path)
-        plan = pt.plan(archive, max_text=cfg["max_text"])
-        (d / "needle_tokenizer.h").write_text(emit.render("needle_tokenizer.h.j2", plan))
-        (d / "needle_tokenizer.c").write_text(emit.render("needle_tokenizer.c.j2", plan))
-        (d / "cact.S").write_text(INCBIN.format(path=str(path)))
+        plan = write_tokenizer_sources(path, d, cfg["max_text"])
         b = out[label] = Build(label, d, plan, Tokenizer(archive.tokenizer))
         for variant in (["gcc"] if k else ["gcc", "clang", "asan"]):
             cc, flags = VARIANTS[variant]

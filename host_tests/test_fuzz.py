@@ -12,7 +12,6 @@ for clang 14).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SECONDS = 20
 
-_spec = importlib.util.spec_from_file_location("fuzz_run", ROOT / "fuzz" / "run.py")
-fuzz_run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz_run)
+from fuzz import run as fuzz_run  # noqa: E402  (conftest puts the repository root on sys.path)
 
 pytestmark = pytest.mark.slow
 

@@ -32,10 +32,9 @@ import pytest
 
 from generator.archive import reader
 from generator.archive.tokenizer import CHAT_MARKERS, USER_DEFINED, Tokenizer
-from generator.codegen import render as emit
-from generator.codegen import tokenizer_plan as pt
 from generator.commands import golden
 from generator.commands.prompt import render_prompt, render_prompt_ids, render_prompt_segments
+from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -267,18 +266,6 @@ int main(int argc, char **argv)
 }
 """
 
-INCBIN = """\
-    .section .cact,"a"
-    .balign 64
-    .global needle_cact
-    .type needle_cact, %object
-needle_cact:
-    .incbin "{path}"
-    .size needle_cact, . - needle_cact
-    .section .note.GNU-stack,"",%progbits
-"""
-
-
 @pytest.fixture(scope="module")
 def drivers(tmp_path_factory) -> dict:
     if shutil.which("gcc") is None:
@@ -288,10 +275,7 @@ def drivers(tmp_path_factory) -> dict:
         d = tmp_path_factory.mktemp(f"plain-{name}")
         path = GOLDEN / name / "archive.cact"
         archive = reader.read(path)
-        plan = pt.plan(archive)
-        (d / "needle_tokenizer.h").write_text(emit.render("needle_tokenizer.h.j2", plan))
-        (d / "needle_tokenizer.c").write_text(emit.render("needle_tokenizer.c.j2", plan))
-        (d / "cact.S").write_text(INCBIN.format(path=str(path)))
+        write_tokenizer_sources(path, d)
         (d / "driver.c").write_text(DRIVER)
         exe = d / "driver"
         proc = subprocess.run(["gcc", *CFLAGS, "-Wno-unused-result", "-I", str(d), "-I",

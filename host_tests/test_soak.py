@@ -12,7 +12,6 @@ cannot build and run an ASan/LeakSanitizer program.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ITERATIONS = 300
 
-_spec = importlib.util.spec_from_file_location("fuzz_run_soak", ROOT / "fuzz" / "run.py")
-fuzz_run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz_run)
+from fuzz import run as fuzz_run  # noqa: E402  (conftest puts the repository root on sys.path)
 
 
 @pytest.fixture(scope="module")

@@ -38,13 +38,12 @@ import numpy as np
 
 from generator import __version__
 from generator.archive import reader
-from generator.commands import prompt
-from generator.commands import rung
-from generator.commands import synth
-from generator.errors import CactError
 from generator.archive.format import BOS_ID
-from generator.model import Needle2, Needle3
 from generator.archive.tokenizer import Tokenizer
+from generator.build import boards
+from generator.commands import prompt, rung, synth
+from generator.errors import CactError
+from generator.model import Needle2, Needle3
 
 REFERENCE_VERSION = 1  # bump when the reference's numerics change on purpose
 # Bumped when a8 arithmetic changes (docs/numerics.md: what every engine computes bit for bit);
@@ -463,7 +462,6 @@ class _EngineRunner:
         self.board, self.engine, self.image, self.work, self.timeout = board, engine, image, work, timeout
 
     def __call__(self, args) -> subprocess.CompletedProcess:
-        from generator.build import boards
         cmd = boards.run_command(self.board, self.engine, [str(a) for a in args], self.image)
         try:
             return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
@@ -537,7 +535,6 @@ def check(directory: str | os.PathLike, archive: str, board_name: str, engine: s
           image: str | None = None, tol: float = 0.0, timeout: float = 3600) -> int:
     """Run a built engine (natively or under the board's emulator) on every case of DIR and
     compare with the reference: 0 if every case passes, 1 otherwise.  One line per case."""
-    from generator.build import boards
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise CactError(f"check_tol={tol}: want a non-negative number")
     doc = load_cases(directory)

@@ -1,0 +1,1 @@
+"""libFuzzer harnesses, the soak driver and the archive mutation fuzzer (README.md here)."""
