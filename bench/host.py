@@ -135,12 +135,21 @@ def count_log(path: str) -> int:
     return total
 
 
-def count_instructions(emulator: list[str], binary: str, n: int, singlestep: bool = False) -> int:
-    """Instructions one `--bench n` run executes (NEEDLE_BENCH=count: no clock, no memcpy)."""
+def count_instructions(emulator: list[str], binary: str | list[str], n: int, singlestep: bool = False) -> int:
+    """Instructions one `--bench n` run executes (NEEDLE_BENCH=count: no clock, no memcpy).
+    `binary` may carry the engine's own leading options (`--archive PATH` on placement-file
+    boards)."""
+    binary = [binary] if isinstance(binary, str) else list(binary)
+    return count_instructions_of(emulator, [*binary, "--bench", str(n)], singlestep)
+
+
+def count_instructions_of(emulator: list[str], command: list[str], singlestep: bool = False) -> int:
+    """Guest instructions one run of `command` (program and arguments) executes under the
+    qemu-user `emulator`."""
     with tempfile.TemporaryDirectory(prefix="needle-count-") as tmp:
         log = os.path.join(tmp, "exec.log")
         flags = (["-singlestep", "-d", "exec,nochain"] if singlestep else ["-d", "in_asm,exec,nochain"])
-        cmd = [emulator[0], *flags, "-D", log, *emulator[1:], binary, "--bench", str(n)]
+        cmd = [emulator[0], *flags, "-D", log, *emulator[1:], *command]
         env = dict(os.environ, NEEDLE_BENCH="count")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
         if proc.returncode:
@@ -151,7 +160,7 @@ def count_instructions(emulator: list[str], binary: str, n: int, singlestep: boo
         return count_log(log)
 
 
-def per_token(emulator: list[str], binary: str, n: int) -> tuple[int, list[int]]:
+def per_token(emulator: list[str], binary: list[str], n: int) -> tuple[int, list[int]]:
     """(instructions per decode step, the raw counts): runs of n and n/2 prefill+decode
     tokens, each taken twice."""
     lo = max(1, n // 2)
@@ -238,7 +247,7 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
 
 def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: str | None, n: int) -> dict:
     k = len(board["emulator"]["command"])
-    emulator, binary = shlex.split(engine_cmd)[:k], shlex.split(engine_cmd)[k]
+    emulator, binary = shlex.split(engine_cmd)[:k], shlex.split(engine_cmd)[k:]
     n = max(2, min(n, 8))        # 2n steps per run; the tiny archive needs no more to be stable
     fam = run_engine_family(emulator, binary)
     if not scalar_cmd and fam != "scalar":
@@ -247,7 +256,7 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
     fast, fast_counts = per_token(emulator, binary, n)
     fast2 = round((fast_counts[3] - fast_counts[2]) / (2 * (n - max(1, n // 2))))
     if scalar_cmd:
-        sbin = shlex.split(scalar_cmd)[k]
+        sbin = shlex.split(scalar_cmd)[k:]
         scalar, scalar_counts = per_token(emulator, sbin, n)
     else:
         sbin, scalar, scalar_counts = binary, fast, fast_counts
@@ -264,7 +273,7 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
         "macs_per_instruction_scalar": round(macs / scalar, 3),
         "counts": {"fast": fast_counts, "scalar": scalar_counts,
                    "tokens": [max(1, n // 2), n, max(1, n // 2), n]},
-        "engine_text": engine_text(binary), "engine_text_scalar": engine_text(sbin),
+        "engine_text": engine_text(binary[0]), "engine_text_scalar": engine_text(sbin[0]),
     }
     print(f"{board['name']}: instructions per token (qemu-user, `-d in_asm,exec,nochain`, "
           f"--bench {n} minus --bench {max(1, n // 2)}, each twice)")
@@ -274,8 +283,8 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
     return result
 
 
-def run_engine_family(emulator: list[str], binary: str) -> str:
-    out = subprocess.run([*emulator, binary, "--bench", "1"], capture_output=True, text=True, timeout=600,
+def run_engine_family(emulator: list[str], engine: list[str]) -> str:
+    out = subprocess.run([*emulator, *engine, "--bench", "1"], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, NEEDLE_BENCH="count"))
     try:
         return json.loads(out.stdout.strip().splitlines()[-1]).get("kernels", "?")

@@ -45,9 +45,14 @@ def built(tmp_path_factory):
     return out
 
 
-def run_on(board: dict, build_dir: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def run_on(board: dict, build_dir: Path, args: list[str], cwd: Path,
+           archive: str = "tiny") -> subprocess.CompletedProcess:
+    """Run the build on its board; the archive goes along as the partition image (archive.bin
+    beside the firmware) or, on placement-file boards, as the file (--archive)."""
     binary = build_dir / ("needle.elf" if board["os"] == "none" else "needle")
     image = build_dir / "archive.bin"
+    if board["archive"]["placement"] == "file":
+        image = GOLDEN / archive / "archive.cact"
     cmd = boards.run_command(board, str(binary), [str(a) for a in args],
                              str(image) if image.exists() else None)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd)
@@ -59,7 +64,7 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
     board = boards.load(board_name)
     meta, logits = golden.load(GOLDEN / name)
     proc = run_on(board, built[board_name, name],
-                  ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"], tmp_path)
+                  ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"], tmp_path, name)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "logits.f32", dtype="<f4").reshape(logits["a8"].shape)
     want = logits["a8"]
@@ -71,7 +76,7 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
     # logits are bit-identical to the host's on every board
     assert np.array_equal(got, want)
     greedy = run_on(board, built[board_name, name],
-                    ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], tmp_path)
+                    ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], tmp_path, name)
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
 

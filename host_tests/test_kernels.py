@@ -54,8 +54,13 @@ def scons(*args) -> None:
         raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
 
 
-def run_on(board: dict, binary: Path, args: list, cwd: Path, env=None) -> subprocess.CompletedProcess:
-    cmd = boards.run_command(board, str(binary), [str(a) for a in args])
+def run_on(board: dict, binary: Path, args: list, cwd: Path, env=None,
+           archive: Path | None = None) -> subprocess.CompletedProcess:
+    """Run an engine (with its archive file on placement-file boards) or any other program."""
+    if archive is None and board["os"] == "linux":
+        cmd = board["emulator"]["command"] + [str(binary)] + [str(a) for a in args]
+    else:
+        cmd = boards.run_command(board, str(binary), [str(a) for a in args], str(archive))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd, env=env)
 
 
@@ -87,13 +92,13 @@ def test_family_matches_goldens(family_builds, family, name, tmp_path):
     assert f'#define NK_KERNELS      "{family}"' in gen
     meta, logits = golden.load(GOLDEN / name)
     proc = run_on(board, binary, ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"],
-                  tmp_path)
+                  tmp_path, archive=GOLDEN / name / "archive.cact")
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "logits.f32", dtype="<f4").reshape(logits["a8"].shape)
     assert np.array_equal(got, logits["a8"]), \
         f"{family} {name}: max |Δlogit| {np.abs(got - logits['a8']).max():.3g}"
     greedy = run_on(board, binary, ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"],
-                    tmp_path)
+                    tmp_path, archive=GOLDEN / name / "archive.cact")
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
 
@@ -242,8 +247,8 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     assert widths == [2, 3, 4, 5]
     (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
     exe = tmp_path / "driver"
-    cc = boards.compiler(board)
-    proc = subprocess.run([cc, *flags.compile_flags(board, family), f"-I{gen}", str(tmp_path / "driver.c"),
+    cc = boards.compiler_argv(board)
+    proc = subprocess.run([*cc, *flags.compile_flags(board, family), f"-I{gen}", str(tmp_path / "driver.c"),
                            *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -1,10 +1,17 @@
 """Board files (boards/*.toml): one file per target, validated against a small schema.
 
 A board states its compiler flags (`arch_flags`: CPU, FPU, float ABI), endianness, operating
-system (`os`: linux or none), kernel family, toolchain and the Debian package that provides
-it, its memory budgets and (bare metal) memory regions, where the archive goes (`linked`
-into the image, or a separately flashed `partition`), and how to run a binary (emulator
-command).  A board may start from another (`inherits = "watch-m4"`): tables are merged key
+system (`os`: linux or none), kernel family, toolchain and the package that provides it, its
+memory budgets and (bare metal) memory regions, where the archive goes (`linked` into the
+image, a separately flashed `partition`, or on Linux a `file` mapped at start), and how to
+run a binary (emulator command).
+
+Two toolchains: `gnu` (the default) is Debian's cross gcc `<toolchain_prefix>gcc` against
+glibc or newlib; `zig` is `zig cc -target <zig_target>` from the `ziglang` Python package,
+which carries musl for every Linux target: the OpenWrt routers need static musl soft-float
+(MIPS) binaries that no Debian package builds.  A gnu Linux board may offer the musl build
+as well (`[musl]`: zig_target and arch_flags; `scons libc=musl`).  OpenWrt boards name their
+package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A board may start from another (`inherits = "watch-m4"`): tables are merged key
 by key, anything else (lists included) is replaced; `name` and `description` are never
 inherited.  Adding a board is adding one file; the tables below are the whole contract and
 any other key is an error.
@@ -12,9 +19,11 @@ any other key is an error.
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import shlex
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
@@ -26,16 +35,22 @@ from generator.paths import BOARDS_DIR, KERNELS_DIR
 TOP_KEYS = {
     "name": (str, True), "description": (str, True), "inherits": (str, False),
     "arch_flags": (list, True), "endianness": (str, True), "os": (str, True),
-    "toolchain_prefix": (str, True), "toolchain_package": (str, True), "kernels": (str, True),
+    "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
+    "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
+    "package": (dict, False),
     "stack_bytes": (int, False), "max_text": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
-               "regions": (list, False)},
-    "archive": {"placement": (str, True)},
+               "package_flash_bytes": (int, False), "regions": (list, False)},
+    "archive": {"placement": (str, True), "map_address": (int, False)},
     "emulator": {"command": (list, True), "package": (str, True), "systick_hz": (int, False)},
+    "musl": {"zig_target": (str, True), "arch_flags": (list, True)},
+    "package": {"openwrt_arch": (str, True)},
 }
+TOOLCHAINS = ("gnu", "zig")
+PLACEMENTS = {"none": ("linked", "partition"), "linux": ("linked", "file")}
 REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
 OWN_KEYS = ("name", "description")      # every file states these itself
@@ -147,6 +162,8 @@ def load(name: str) -> dict:
         if required and key not in data:
             bad(f"missing key {key!r}")
     for table, keys in TABLE_KEYS.items():
+        if table not in data:
+            continue
         for key, (typ, required) in keys.items():
             if key in data[table] and not isinstance(data[table][key], typ):
                 bad(f"{table}.{key} must be a {typ.__name__}")
@@ -165,8 +182,37 @@ def load(name: str) -> dict:
             bad(f"memory.{key} must be a positive integer")
     if data["kernels"] not in families() + ["auto"]:
         bad(f"kernels must be one of {', '.join(families())} (templates/kernels/), or auto")
-    if data["archive"]["placement"] not in ("linked", "partition"):
-        bad("archive.placement must be linked or partition")
+    data.setdefault("toolchain", "gnu")
+    if data["toolchain"] not in TOOLCHAINS:
+        bad(f"toolchain must be one of {', '.join(TOOLCHAINS)}")
+    if data["toolchain"] == "gnu":
+        if "toolchain_prefix" not in data:
+            bad("missing key 'toolchain_prefix' (gnu toolchain: the cross gcc's prefix, \"\" for the host)")
+        if "zig_target" in data:
+            bad("zig_target goes with toolchain = \"zig\"")
+    else:
+        if "zig_target" not in data:
+            bad("toolchain = \"zig\" needs zig_target (e.g. \"mipsel-linux-musleabi\")")
+        if "toolchain_prefix" in data:
+            bad("toolchain_prefix goes with toolchain = \"gnu\"")
+        if data["os"] != "linux":
+            bad("toolchain = \"zig\" builds Linux executables (os = linux)")
+        if "musl" in data:
+            bad("[musl] offers a musl build to gnu boards; this board is built with zig already")
+    data.setdefault("toolchain_prefix", "")
+    if "musl" in data and not all(isinstance(f, str) for f in data["musl"]["arch_flags"]):
+        bad("musl.arch_flags must be a list of strings")
+    if ("musl" in data or "package" in data) and data["os"] != "linux":
+        bad("[musl] and [package] are for Linux boards (os = linux)")
+    placements = PLACEMENTS.get(data["os"], ())
+    if data["archive"]["placement"] not in placements:
+        bad(f"archive.placement must be {' or '.join(placements)} on {'bare-metal' if data['os'] == 'none' else 'Linux'} boards")
+    if "map_address" in data["archive"] and (data["archive"]["placement"] != "file"
+                                             or data["archive"]["map_address"] % 65536):
+        bad("archive.map_address goes with placement = \"file\" and must be a multiple of 64 KiB")
+    pkg_flash = data["memory"].get("package_flash_bytes")
+    if pkg_flash is not None and (data["os"] != "linux" or pkg_flash <= 0):
+        bad("memory.package_flash_bytes is a positive integer, for Linux boards (the flash left to the package)")
     if data["emulator"].get("systick_hz", 1) <= 0:
         bad("emulator.systick_hz must be a positive integer")
     if data["os"] == "none":
@@ -189,8 +235,6 @@ def load(name: str) -> dict:
             if key not in data or data[key] <= 0:
                 bad(f"{key} must be a positive integer")
     else:
-        if data["archive"]["placement"] != "linked":
-            bad("Linux boards link the archive into the executable (placement = linked)")
         if "stack_bytes" in data or "regions" in data["memory"]:
             bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
@@ -222,16 +266,45 @@ def region(board: dict, use: str) -> dict:
     return next(r for r in board["memory"]["regions"] if r["use"] == use)
 
 
+def with_musl(board: dict) -> dict:
+    """The board built as a static musl executable with zig (`scons libc=musl`)."""
+    if board["toolchain"] == "zig":
+        return board
+    if "musl" not in board:
+        raise CactError(f"board {board['name']} offers no musl build (no [musl] table); drop libc=musl")
+    out = {k: v for k, v in board.items() if k != "musl"}
+    out.update(toolchain="zig", toolchain_prefix="", toolchain_package="ziglang",
+               zig_target=board["musl"]["zig_target"], arch_flags=list(board["musl"]["arch_flags"]))
+    return out
+
+
 def compiler(board: dict, host_cc: str = "gcc") -> str:
+    """The C compiler command line for the board (may hold spaces: `python -m ziglang cc ...`)."""
+    if board["toolchain"] == "zig":
+        return shell_line([sys.executable, "-m", "ziglang", "cc", "-target", board["zig_target"]])
     return f"{board['toolchain_prefix']}gcc" if board["toolchain_prefix"] else host_cc
 
 
+def compiler_argv(board: dict, host_cc: str = "gcc") -> list[str]:
+    return shlex.split(compiler(board, host_cc))
+
+
+def is_gcc(board: dict, host_cc: str = "gcc") -> bool:
+    """GCC writes the stack-usage and call-graph files the post-link check reads."""
+    return board["toolchain"] == "gnu" and compiler(board, host_cc).endswith("gcc")
+
+
 def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str | None:
-    """One line naming what is missing and the apt command that installs it, or None."""
-    cc = compiler(board, host_cc)
-    if not shutil.which(cc):
-        pkg = board["toolchain_package"] if board["toolchain_prefix"] else host_cc
-        return f"board {board['name']} needs the compiler {cc}: apt-get install {pkg}"
+    """One line naming what is missing and the command that installs it, or None."""
+    if board["toolchain"] == "zig":
+        if importlib.util.find_spec("ziglang") is None:
+            return (f"board {board['name']} is built with zig cc: {sys.executable} -m pip install "
+                    "ziglang (or run ./setup)")
+    else:
+        cc = compiler(board, host_cc)
+        if not shutil.which(cc):
+            pkg = board["toolchain_package"] if board["toolchain_prefix"] else host_cc
+            return f"board {board['name']} needs the compiler {cc}: apt-get install {pkg}"
     if run and board["emulator"]["command"] and not shutil.which(board["emulator"]["command"][0]):
         return (f"board {board['name']} runs under {board['emulator']['command'][0]}: "
                 f"apt-get install {board['emulator']['package']}")
@@ -242,6 +315,10 @@ def run_command(board: dict, binary: str, args: list[str], archive_image: str | 
     """The command that runs `binary args...` on the board (natively or under its emulator)."""
     emu = list(board["emulator"]["command"])
     if board["os"] == "linux":
+        if board["archive"]["placement"] == "file":
+            if not archive_image:
+                raise CactError(f"board {board['name']} reads the archive from a file: give its path")
+            return emu + [binary, "--archive", archive_image] + list(args)
         return emu + [binary] + list(args)
     cmd = emu + ["-kernel", binary, "-append", " ".join(_quote(a) for a in args)]
     if board["archive"]["placement"] == "partition":

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 
 from elftools.elf.constants import SH_FLAGS
@@ -33,6 +34,8 @@ class Report:
     stack_bytes: int | None = None
     stack_path: list = field(default_factory=list)
     partition: bool = False        # the archive is a separately flashed image
+    archive_file: int = 0          # placement file: bytes of the archive mapped at start
+    flash_label: str = "flash"     # "package" where the board states package_flash_bytes
 
     @property
     def flash_total(self) -> int:
@@ -58,10 +61,13 @@ class Report:
 
     def lines(self, board: str) -> list[str]:
         rodata = sum(self.flash.values()) - self.code_bytes
-        out = [f"memory report ({board}):",
-               f"  flash {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + rodata {rodata:,} "
-               f"+ {'archive partition' if self.partition else '.cact'} {self.cact_bytes:,}",
-               self._ram_line()]
+        if self.archive_file:
+            flash = (f"  {self.flash_label:<5} {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + "
+                     f"rodata {rodata:,}; archive file {self.archive_file:,} bytes (--archive, mapped at start)")
+        else:
+            flash = (f"  {self.flash_label:<5} {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + "
+                     f"rodata {rodata:,} + {'archive partition' if self.partition else '.cact'} {self.cact_bytes:,}")
+        out = [f"memory report ({board}):", flash, self._ram_line()]
         if self.state_bytes is not None:
             out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
         if self.stack_path:
@@ -111,6 +117,48 @@ def worst_stack(obj_dir: str) -> tuple[int | None, list[str]]:
     return best
 
 
+# MIPS .MIPS.abiflags (Elf_MIPS_ABIFlags_v0): version u16, isa_level, isa_rev, gpr_size,
+# cpr1_size, cpr2_size, fp_abi (u8 each), then isa_ext, ases, flags1, flags2 (u32).
+MIPS_FP_ABI = {0: "any", 1: "double-precision hard float", 2: "single-precision hard float",
+               3: "soft float", 4: "hard float (MSA)", 5: "hard float (FR=1 64-bit)",
+               6: "hard float (FR=0/1)", 7: "hard float (FR=1)"}
+MIPS_FP_ABI_SOFT = 3
+# Major opcodes (bits 31..26) of the MIPS32 instructions that touch the FPU: COP1, COP1X,
+# LWC1, LDC1, SWC1, SDC1.  An FPU-less core (24Kc, 1004Kc) traps on every one of them.
+MIPS_FPU_OPCODES = {0x11: "COP1", 0x13: "COP1X", 0x31: "LWC1", 0x35: "LDC1", 0x39: "SWC1", 0x3D: "SDC1"}
+
+
+def expects_soft_float(board: dict) -> bool:
+    """MIPS boards built for musl soft float (zig target `mips*-linux-musleabi`): their cores
+    have no FPU and OpenWrt kernels do not emulate one."""
+    return board.get("toolchain") == "zig" and board["zig_target"].startswith("mips") \
+        and not board["zig_target"].endswith("hf")
+
+
+def check_soft_float(elf: ELFFile, elf_path: str, board: dict) -> None:
+    """Refuse a MIPS image with a hard-float ABI tag or any FPU instruction in its code."""
+    flags = elf.get_section_by_name(".MIPS.abiflags")
+    if flags is None:
+        raise CactError(f"{elf_path} has no .MIPS.abiflags section: cannot tell its float ABI "
+                        f"(board {board['name']} needs soft float)")
+    fp_abi = flags.data()[7]
+    if fp_abi != MIPS_FP_ABI_SOFT:
+        raise CactError(f"{elf_path} is built for {MIPS_FP_ABI.get(fp_abi, f'FP ABI {fp_abi}')}, but "
+                        f"board {board['name']}'s core has no FPU: build it soft-float "
+                        f"(zig target {board['zig_target']})")
+    word = struct.Struct("<I" if elf.little_endian else ">I")
+    for sec in elf.iter_sections():
+        if not sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR or sec["sh_type"] == "SHT_NOBITS":
+            continue
+        data = sec.data()
+        for i, (w,) in enumerate(word.iter_unpack(data[:len(data) // 4 * 4])):
+            op = MIPS_FPU_OPCODES.get(w >> 26)
+            if op:
+                raise CactError(f"{elf_path}: FPU instruction {op} (0x{w:08x}) at 0x{sec['sh_addr'] + 4 * i:x} "
+                                f"in {sec.name}; board {board['name']}'s core has no FPU: build every "
+                                "object soft-float")
+
+
 def heap_references(path: str) -> list[str]:
     """Heap functions a relocatable object or an image names (defined or undefined)."""
     with open(path, "rb") as fh:
@@ -138,7 +186,15 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
         with open(archive_path, "rb") as af:
             want = af.read()
         cact = elf.get_section_by_name(".cact")
-        if board["archive"]["placement"] == "partition":
+        if expects_soft_float(board):
+            check_soft_float(elf, elf_path, board)
+        if board["archive"]["placement"] == "file":
+            # The executable maps the archive from a file at start: it must hold none of it.
+            if cact is not None:
+                raise CactError(f"{elf_path} links a .cact section, but board {board['name']} reads the "
+                                "archive from a file (placement = file)")
+            rep.archive_file = len(want)
+        elif board["archive"]["placement"] == "partition":
             # The archive is flashed on its own: the image must point at the partition.
             if cact is not None:
                 raise CactError(f"{elf_path} links a .cact section, but board {board['name']} keeps the "
@@ -195,6 +251,15 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
     if obj_dir:
         rep.stack_bytes, rep.stack_path = worst_stack(obj_dir)
     mem = board["memory"]
+    if "package_flash_bytes" in mem:
+        rep.flash_label = "package"
+        if rep.flash_total > mem["package_flash_bytes"]:
+            fix = ("keep the archive on USB storage or extroot (archive.placement = \"file\")"
+                   if rep.cact_bytes else "use a board with more flash")
+            raise CactError(f"package over budget on board {board['name']}: {rep.flash_total:,} bytes "
+                            f"(code+rodata {rep.flash_total - rep.cact_bytes:,} + archive {rep.cact_bytes:,}) "
+                            f"> package_flash_bytes {mem['package_flash_bytes']:,} (the flash OpenWrt leaves "
+                            f"to it); {fix}")
     if rep.flash_total > mem["flash_bytes"]:
         raise CactError(f"flash over budget on board {board['name']}: {rep.flash_total:,} bytes "
                         f"(code+rodata {rep.flash_total - rep.cact_bytes:,} + archive "

@@ -37,6 +37,6 @@ def link_flags(board: dict, script: str | None = None, map_file: str | None = No
         flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", f"-T{script}"]
         if map_file:
             flags.append(f"-Wl,-Map={map_file}")
-    elif board["toolchain_prefix"]:
+    elif board["toolchain_prefix"] or board.get("toolchain") == "zig":
         flags.append("-static")       # cross-built Linux executables run as they are
     return flags

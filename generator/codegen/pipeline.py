@@ -24,16 +24,20 @@ ENGINE_FILES = {
     "needle_tokenizer.h": "needle_tokenizer.h.j2",
     "needle_tokenizer.c": "needle_tokenizer.c.j2",
     "needle_archive.S": "needle_archive.S.j2",
+    "needle_archive_file.c": "needle_archive_file.c.j2",
 }
 
 
 def outputs(board: dict | None = None) -> list[str]:
     """Files generate() writes for this board."""
-    names = list(ENGINE_FILES)
+    names = [n for n in ENGINE_FILES if n != "needle_archive_file.c"]
+    placement = board["archive"]["placement"] if board else "linked"
     if board and board["os"] == "none":
         names.append("link.ld")
-        if board["archive"]["placement"] == "partition":
-            names.remove("needle_archive.S")
+    if placement == "partition":        # the archive is flashed on its own
+        names.remove("needle_archive.S")
+    if placement == "file":
+        names.append("needle_archive_file.c")
     return names
 
 

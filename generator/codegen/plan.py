@@ -45,6 +45,15 @@ class Options:
     head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
 
 
+#: Placement `file`: the address the archive file is mapped at (boards may say otherwise),
+#: and the most it may span.  32-bit MIPS and ARM Linux put a static executable at 4 MiB or
+#: 64 KiB, its heap right above, and mmap()s down from below the stack (0x77..., 0xB6...), or
+#: up from 0x2AAAA000 / 0x40000000 in the legacy layout, which qemu-user also uses: 0x50000000
+#: leaves 256 MiB to those and 512 MiB to the archive.
+DEFAULT_MAP_ADDRESS = 0x50000000
+MAP_SPAN = 0x20000000
+
+
 def fnv1a64(data) -> int:
     h = FNV64_OFFSET
     for b in bytes(data):
@@ -229,6 +238,8 @@ class EnginePlan:
     boot_hash_bytes: int                # header + codebook + directory
     incbin_path: str                    # the archive path needle_archive.S includes
     gnu_stack: bool                     # emit the .note.GNU-stack section (Linux targets)
+    archive_file: bool                  # placement `file`: the archive is mapped from a file at start
+    archive_map_address: int            # ... at this address (needle_cact, defined at link time)
     # geometry (archive header)
     d_model: int
     vocab: int                          # embedding rows (token ids accepted)
@@ -484,10 +495,29 @@ def plan(a: Archive, opts: Options | None = None, *, incbin_path: str = "",
          gnu_stack: bool = True) -> EnginePlan:
     """Everything the engine templates need, for either generation."""
     opts = opts or Options()
+    return _plan(a, opts, incbin_path, gnu_stack)
+
+
+def archive_in_file(opts: Options) -> bool:
+    """Placement `file` (Linux boards): the engine maps the archive from a file at start."""
+    board = opts.board_data
+    return bool(board) and board["archive"]["placement"] == "file"
+
+
+def archive_map_address(board: dict) -> int:
+    """Where a Linux board maps its archive file (archive.map_address, DEFAULT_MAP_ADDRESS)."""
+    return board["archive"].get("map_address", DEFAULT_MAP_ADDRESS)
+
+
+def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> EnginePlan:
     gen = a.generation
     h = a.header
     hq, hv = geometry.head_widths(h)
     window, warnings = window_for(h, opts, gen)
+    if archive_in_file(opts) and a.size > MAP_SPAN:
+        raise CactError(f"archive is {a.size:,} bytes; placement file maps at most {MAP_SPAN:,} at "
+                        f"0x{archive_map_address(opts.board_data):x}: set a lower archive.map_address in "
+                        "the board file with room for it")
     check_state_fits(h, window, opts)
     taps = 0 if gen == 2 else h["qkv_conv_taps"]
     layers = _layers(a, gen, taps)
@@ -529,6 +559,8 @@ def plan(a: Archive, opts: Options | None = None, *, incbin_path: str = "",
         boot_hash_bytes=a.directory_end,
         incbin_path=incbin_path.replace("\\", "/"),
         gnu_stack=gnu_stack,
+        archive_file=archive_in_file(opts),
+        archive_map_address=archive_map_address(opts.board_data) if archive_in_file(opts) else 0,
         d_model=h["d_model"], vocab=h["vocab"], out_vocab=geometry.output_rows(h),
         num_layers=h["num_layers"], heads=h["num_heads"], kv_heads=h["num_kv_heads"],
         qk_head_dim=hq, v_head_dim=hv, hada_n=h["hada_n"], lanes=h["mhc_lanes"],
