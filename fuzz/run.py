@@ -25,8 +25,10 @@ ROOT = FUZZ.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
 CLI = ROOT / "firmware" / "cli"
 HAL = ROOT / "firmware" / "hal"
+# NEEDLE_NO_SERVE: main.c without the service (cli/serve.c, which would wait on standard input
+# or a socket): the harnesses link main.c alone, and `--serve` is refused in one line.
 CFLAGS = ["-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=fuzzer,address,undefined",
-          "-fno-sanitize-recover=all", "-std=c11", "-D_GNU_SOURCE"]
+          "-fno-sanitize-recover=all", "-std=c11", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE"]
 HARNESSES = ("tokenizer", "prompt", "cli")
 PLAIN = {"needle_model.c", "needle_kernels.c"}   # built without sanitizers (see build())
 
@@ -168,7 +170,7 @@ def build_soak(out, cc="clang"):
     exe = out / "soak"
     cflags = [f for f in flags.compile_flags(board, family) if f != "-Werror"]
     cmd = [cc, *cflags, "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=all", "-D_GNU_SOURCE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
+           "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
            "-o", str(exe), str(FUZZ / "soak.c"), str(CLI / "main.c"), str(CLI / "tool_prompt.c"),
            str(HAL / "format.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
            str(gen / "needle_tokenizer.c"), str(gen / "needle_archive.S"), "-lm"]

@@ -8,14 +8,26 @@
  *   needle --tokens 2,17,5 [--logits FILE]      teacher-forced; logits as raw LE float32 [T][vocab]
  *          [--heads FILE]                       ... and every probe head's output (LE float32,
  *                                               manifest order; engines built with head_tokens=N)
+ *   needle --serve [--socket PATH]              service: JSON-line requests on standard input (or
+ *          [--tools FILE.json] [--max-new N]    the Unix socket PATH), one session each, the KV
+ *                                               cache kept between requests (cli/serve.c,
+ *                                               docs/serve.md; Linux boards only)
  *   needle --info                               geometry, memory and provenance
  *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
  *
+ *   --archive PATH (once, any mode): the archive file, for engines generated for a board whose
+ *   archive placement is `file` (NEEDLE_ARCHIVE_FILE in needle_model.h), where it is required;
+ *   refused by engines that link their archive in.
+ *
+ * --prompt, --query and --serve share one generation core (needle_generate, declared in
+ * serve.h): prefill, then greedy choice until EOS, the token limit or a full context.
+ *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
- * 3 when the linked archive is not the one the engine was generated for, 1 for I/O errors
- * (including a standard output that does not take the text, e.g. a full disk).  Each option
- * may be given once; usage errors are found before anything runs or any file is created, and
- * an output file whose writing fails part way is removed.
+ * 3 when the archive (linked in, or the --archive file) is not the one the engine was
+ * generated for, 1 for I/O errors (including a standard output that does not take the text,
+ * e.g. a full disk).  Each option may be given once; usage errors are found before anything
+ * runs or any file is created, and an output file whose writing fails part way is removed.
+ * The service answers its requests' errors on its own output and goes on (docs/serve.md).
  * Console and files go through hal.h, so this is the same program on Linux and bare metal.
  */
 #include <stdarg.h>
@@ -27,6 +39,7 @@
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
 #include "bench.h"
+#include "serve.h"
 
 #define TOOLS_FILE_MAX (64u * 1024u)
 #define PROMPT_MAX     NEEDLE_TOK_MAX_TEXT
@@ -183,6 +196,66 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     return heads_path ? write_heads(heads_path) : 0;
 }
 
+int needle_generate(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new, int32_t stop_id,
+                    const needle_gen_hooks *hooks, needle_gen_result *res)
+{
+    const float *lg = NULL;
+    res->generated = 0;
+    res->last = 0;
+    res->stop = NEEDLE_STOP_MAX_NEW;
+    for (uint32_t t = 0; t < n; t++)
+        if (!(lg = needle_step(prompt_ids[t]))) return -1;
+    if (hooks->prefilled) hooks->prefilled(hooks->ctx);
+    /* The last chosen token is never fed, so the positions run up to NEEDLE_MAX_SEQ - 1 and
+     * the context has room for NEEDLE_MAX_SEQ - position tokens. */
+    uint32_t room = NEEDLE_MAX_SEQ - needle_position(), limit = max_new < room ? max_new : room;
+    for (;;) {
+        uint32_t next = argmax(lg, NEEDLE_OUT_VOCAB);
+        res->last = next;
+        if (next == NEEDLE_EOS_ID) { res->stop = NEEDLE_STOP_EOS; return 0; }
+        if (stop_id >= 0 && next == (uint32_t)stop_id) { res->stop = NEEDLE_STOP_MARKER; return 0; }
+        res->generated++;
+        int rc = hooks->token(hooks->ctx, next);
+        if (rc) return rc;
+        if (res->generated >= limit) {
+            res->stop = limit < max_new ? NEEDLE_STOP_CONTEXT : NEEDLE_STOP_MAX_NEW;
+            return 0;
+        }
+        if (!(lg = needle_step(next))) return -1;
+    }
+}
+
+int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
+                       int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
+                       char *err, size_t errcap)
+{
+    needle_prompt_untrusted untrusted;
+    int n = needle_render_prompt_ex(tools_json, tools_len, query, system, out, cap, err, errcap, &untrusted);
+    /* plain markers: the caller's parts (system, tools JSON, query) have markers off */
+    *n_plain = 0;
+    for (; n >= 0 && plain_markers && *n_plain < untrusted.n; ++*n_plain) {
+        plain[*n_plain].start = untrusted.span[*n_plain].start;
+        plain[*n_plain].len = untrusted.span[*n_plain].len;
+    }
+    return n;
+}
+
+/* The CLI's token hook: stream each chosen token as text (or as its id with --ids). */
+typedef struct {
+    needle_tok_stream stream;
+    char out[NEEDLE_TOK_STREAM_OUT_MAX];
+    uint32_t made;
+} cli_stream;
+
+static int cli_token(void *ctx, uint32_t id)
+{
+    cli_stream *s = ctx;
+    if (print_ids) hal_printf("%s%u", s->made ? "," : "", (unsigned)id);
+    else hal_out(s->out, needle_tok_stream_push(&s->stream, id, s->out));
+    s->made++;
+    return hal_out_status() ? fail_stdout() : 0;   /* flushes; stop at once if nobody reads */
+}
+
 /* Encode a prompt, prefill it, and stream the greedy continuation (docs/spec/needle2-model.md §8).
  * plain[0..n_plain): byte ranges whose chat markers are encoded as plain text. */
 static int generate(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
@@ -195,32 +268,21 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
     if (n < 0) return fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
                               "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
     uint32_t total = (uint32_t)n + 1, room = NEEDLE_MAX_SEQ - total;
-    if (max_new > room) {
-        /* An explicit --max-new the context cannot hold is refused up front; the default
-         * (96) is a ceiling and shrinks to what fits. */
-        if (max_new_given)
-            return fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
-                           "(BOS included), so use --max-new %u or less, or a shorter prompt",
-                        max_new, total, NEEDLE_MAX_SEQ, room);
-        max_new = room;
-    }
-    uint32_t max_len = total + max_new;
-    const float *lg = NULL;
-    for (uint32_t t = 0; t < total; t++)
-        if (!(lg = needle_step(ids[t]))) return fail(2, "%s", needle_error());
-    needle_tok_stream stream;
-    needle_tok_stream_init(&stream);
-    static char out[NEEDLE_TOK_STREAM_OUT_MAX];
-    for (uint32_t made = 0; made < max_new; made++) {
-        uint32_t next = argmax(lg, NEEDLE_OUT_VOCAB);
-        if (next == NEEDLE_EOS_ID) break;
-        if (print_ids) hal_printf("%s%u", made ? "," : "", (unsigned)next);
-        else hal_out(out, needle_tok_stream_push(&stream, next, out));
-        if (hal_out_status()) return fail_stdout();   /* flushes; stop at once if nobody reads */
-        if (total + made + 1 >= max_len) break;
-        if (!(lg = needle_step(next))) return fail(2, "%s", needle_error());
-    }
-    if (!print_ids) hal_out(out, needle_tok_stream_finish(&stream, out));
+    /* An explicit --max-new the context cannot hold is refused up front; the default (96) is
+     * a ceiling and shrinks to what fits (needle_generate). */
+    if (max_new > room && max_new_given)
+        return fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
+                       "(BOS included), so use --max-new %u or less, or a shorter prompt",
+                    max_new, total, NEEDLE_MAX_SEQ, room);
+    static cli_stream s;
+    needle_tok_stream_init(&s.stream);
+    s.made = 0;
+    needle_gen_hooks hooks = { NULL, cli_token, &s };
+    needle_gen_result res;
+    int rc = needle_generate(ids, total, max_new, -1, &hooks, &res);
+    if (rc < 0) return fail(2, "%s", needle_error());
+    if (rc) return rc;
+    if (!print_ids) hal_out(s.out, needle_tok_stream_finish(&s.stream, s.out));
     hal_out("\n", 1);
     return hal_out_status() ? fail_stdout() : 0;
 }
@@ -231,19 +293,40 @@ static void usage(void)
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N] [--ids]\n"
           "              [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
-          "       needle --info | --bench N | --help\n";
+          "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
+          "       needle --info | --bench N | --help\n"
+#ifdef NEEDLE_ARCHIVE_FILE
+          "every mode but --help needs --archive PATH: this engine reads its archive from that file\n";
+#else
+          "(--archive PATH is for engines that read their archive from a file; this one links it in)\n";
+#endif
     hal_out(text, sizeof text - 1);
+}
+
+/* --serve on a board without the service (bare metal, or a harness built with NEEDLE_NO_SERVE). */
+static int serve(const char *socket_path, const char *tools_json, size_t tools_len, uint32_t max_new)
+{
+#if defined(__linux__) && !defined(NEEDLE_NO_SERVE)
+    return needle_serve(socket_path, tools_json, tools_len, max_new);
+#else
+    (void)socket_path; (void)tools_json; (void)tools_len; (void)max_new;
+#ifdef __linux__
+    return fail(2, "--serve is not built into this program (NEEDLE_NO_SERVE)");
+#else
+    return fail(2, "--serve needs a Linux board");
+#endif
+#endif
 }
 
 static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
-    const char *heads = NULL;
+    const char *heads = NULL, *archive = NULL, *socket_path = NULL;
     uint32_t max_new = 96, bench = 0;
-    int info = 0, max_new_given = 0, plain_markers = 0;
+    int info = 0, max_new_given = 0, plain_markers = 0, serving = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
-                                        "--plain-markers" };
+                                        "--plain-markers", "--archive", "--serve", "--socket" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -255,7 +338,8 @@ static int cli(int argc, char **argv)
         const char **slot = !strcmp(a, "--prompt") ? &text : !strcmp(a, "--tools") ? &tools
                           : !strcmp(a, "--query") ? &query : !strcmp(a, "--system") ? &system
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
-                          : !strcmp(a, "--heads") ? &heads : NULL;
+                          : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
+                          : !strcmp(a, "--socket") ? &socket_path : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench")) {
             if (i + 1 >= argc) return fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
@@ -270,6 +354,8 @@ static int cli(int argc, char **argv)
             print_ids = 1;
         } else if (!strcmp(a, "--plain-markers")) {
             plain_markers = 1;
+        } else if (!strcmp(a, "--serve")) {
+            serving = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return hal_out_status() ? fail_stdout() : 0;
@@ -277,14 +363,36 @@ static int cli(int argc, char **argv)
             return fail(2, "unknown option \"%s\" (see --help)", a);
         }
     }
-    int modes = (text != NULL) + (tools != NULL || query != NULL) + (tokens != NULL) + info + (bench != 0);
+    if (socket_path && !serving) return fail(2, "--socket goes with --serve");
+    /* --serve takes the tools file alone: the query comes with each request */
+    int modes = (text != NULL) + (query != NULL || (tools != NULL && !serving)) + (tokens != NULL) + info
+              + (bench != 0) + serving;
     if (modes != 1)
-        return fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench (see --help)");
+        return fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench, --serve "
+                       "(see --help)");
+    if (serving && (system || plain_markers || print_ids || logits || heads))
+        return fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
+                       "and the rest come with each request (docs/serve.md)");
     if ((logits || heads) && !tokens) return fail(2, "--logits and --heads go with --tokens");
     if (system && !tools) return fail(2, "--system goes with --tools and --query");
     if (plain_markers && !(tools || query)) return fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return fail(2, "--ids goes with --prompt or --tools");
+    if ((tools || query) && !serving && (!tools || !query)) return fail(2, "--tools and --query go together");
+#ifdef NEEDLE_ARCHIVE_FILE
+    if (!archive) return fail(2, "this engine reads its archive from a file: pass --archive PATH");
+#else
+    if (archive) return fail(2, "this engine carries its archive linked in: drop --archive");
+#endif
+#if !defined(__linux__) || defined(NEEDLE_NO_SERVE)
+    if (serving) return serve(socket_path, NULL, 0, max_new);   /* refused before anything runs */
+#endif
 
+    size_t tools_len = 0;
+    if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
+        return fail(2, "cannot read %s: %s", tools, hal_reason());
+#ifdef NEEDLE_ARCHIVE_FILE
+    if (needle_archive_map(archive)) return fail(3, "%s", needle_error());
+#endif
     if (needle_boot()) return fail(3, "%s", needle_error());
     if (info) { print_info(); return hal_out_status() ? fail_stdout() : 0; }
     if (bench) {
@@ -293,24 +401,16 @@ static int cli(int argc, char **argv)
     }
     if (tokens) return run_tokens(tokens, logits, heads);
     if (tools || query) {
-        if (!tools || !query) return fail(2, "--tools and --query go together");
-        size_t len = 0;
-        if (hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &len))
-            return fail(2, "cannot read %s: %s", tools, hal_reason());
         char err[256];
-        needle_prompt_untrusted untrusted;
-        int n = needle_render_prompt_ex(tools_json, len, query, system, prompt, sizeof prompt, err, sizeof err,
-                                        &untrusted);
-        if (n < 0) return fail(2, "%s: %s", tools, err);
-        /* --plain-markers: the caller's parts (system, tools JSON, query) have markers off */
         needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
         size_t n_plain = 0;
-        for (; plain_markers && n_plain < untrusted.n; n_plain++) {
-            plain[n_plain].start = untrusted.span[n_plain].start;
-            plain[n_plain].len = untrusted.span[n_plain].len;
-        }
-        return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
+        /* The service checks its tools file once, with an empty query, before it starts. */
+        int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
+                                   plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
+        if (n < 0) return fail(2, "%s: %s", tools, err);
+        if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
     }
+    if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);
     return generate(text, strlen(text), NULL, 0, max_new, max_new_given);
 }
 

@@ -1,0 +1,851 @@
+/* serve.c -- `needle --serve`: the engine as a long-running service (Linux boards only).
+ *
+ *   needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]
+ *
+ * Requests are JSON lines: one JSON object per line, one answer object per line.  Without
+ * --socket they come on standard input and the answers go to standard output (a pipe,
+ * socat or an rpcd plugin drives it) until standard input ends; with --socket the service
+ * listens on a Unix stream socket and serves one connection at a time, forever (procd or
+ * systemd restarts it if it dies).  Each connection (standard input: the whole run) is one
+ * session: the engine's KV cache holds everything fed so far, and a request's prompt is
+ * appended after it until {"reset": true}.  docs/serve.md is the protocol.
+ *
+ * Generation is needle_generate() of main.c, the CLI's own, so a request on a fresh session
+ * chooses the tokens `needle --prompt` / `--tools --query` chooses; the service also stops at
+ * <|im_end|> when the archive's tokenizer has that marker (the end of an assistant turn).
+ *
+ * No heap: every buffer is static.  A malformed request (invalid JSON or UTF-8, an unknown
+ * key, a wrong type, a line over NEEDLE_SERVE_LINE_MAX bytes) is answered with an error
+ * object and the service goes on.
+ */
+#define _POSIX_C_SOURCE 200809L   /* sigaction, lstat, clock_gettime under -std=c11 */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hal.h"
+#include "needle_model.h"
+#include "needle_tokenizer.h"
+#include "serve.h"
+#include "tool_prompt.h"
+
+#define LINE_MAX_BYTES NEEDLE_SERVE_LINE_MAX
+#define ID_MAX         128u    /* bytes of an "id" value as written in the request */
+#define JSON_DEPTH     NEEDLE_PROMPT_MAX_DEPTH
+#define IM_END         "<|im_end|>"
+
+static char line[LINE_MAX_BYTES + 1];          /* the request being answered */
+static char rbuf[4096];                        /* bytes read ahead of it */
+static char wbuf[4096];                        /* the answer being written */
+static char prompt[NEEDLE_TOK_MAX_TEXT + 1];   /* a rendered tool-calling prompt */
+static uint32_t ids[NEEDLE_MAX_SEQ];
+static char text[NEEDLE_MAX_SEQ * NEEDLE_TOK_STREAM_OUT_MAX + 4];   /* the generated text */
+static char msg[512];                          /* an error answer's message */
+
+/* What needle_serve() was started with. */
+static const char *start_tools;
+static size_t start_tools_len;
+static uint32_t start_max_new;
+static int32_t im_end_id = -1;                 /* <|im_end|>, or -1 when the tokenizer has none */
+
+/* The session: the engine's state plus the token chosen last and not yet fed. */
+static int32_t pending = -1;
+
+static int fail(int code, const char *fmt, ...)
+{
+    char out[512];
+    static const char prefix[] = "needle: error: ";
+    memcpy(out, prefix, sizeof prefix - 1);
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = sizeof prefix - 1 + hal_vformat(out + sizeof prefix - 1, sizeof out - sizeof prefix, fmt, ap);
+    va_end(ap);
+    out[n++] = '\n';
+    hal_err(out, n);
+    return code;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n) (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t len;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
+    else if (c == 0xED) { len = 3; hi = 0x9F; }
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }
+    else return 0;
+    if (n < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+/* ==================================================================================
+ * Output: one buffered writer per connection
+ * ================================================================================== */
+typedef struct {
+    int fd;
+    size_t n;      /* bytes in wbuf */
+    int failed;    /* a write failed (errno in err): the peer is gone */
+    int err;
+} writer;
+
+static void w_flush(writer *w)
+{
+    for (size_t off = 0; off < w->n && !w->failed;) {
+        ssize_t k = write(w->fd, wbuf + off, w->n - off);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            w->failed = 1;
+            w->err = errno;
+        } else {
+            off += (size_t)k;
+        }
+    }
+    w->n = 0;
+}
+
+static void w_put(writer *w, const char *s, size_t n)
+{
+    while (n && !w->failed) {
+        if (w->n == sizeof wbuf) w_flush(w);
+        size_t k = sizeof wbuf - w->n < n ? sizeof wbuf - w->n : n;
+        memcpy(wbuf + w->n, s, k);
+        w->n += k;
+        s += k;
+        n -= k;
+    }
+}
+
+static void w_str(writer *w, const char *s) { w_put(w, s, strlen(s)); }
+
+static void w_fmt(writer *w, const char *fmt, ...)
+{
+    char b[96];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    if (n > 0) w_put(w, b, (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
+}
+
+/* s[0..n) as a JSON string (RFC 8259): quote and backslash escaped, control characters as
+ * \u00XX, valid UTF-8 as it is, any invalid byte as \ufffd (the replacement character). */
+static void w_json_string(writer *w, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    w_put(w, "\"", 1);
+    for (size_t i = 0; i < n;) {
+        size_t run = i;   /* bytes that need no escaping go out in one piece */
+        for (;;) {
+            if (run >= n || u[run] < 0x20 || u[run] == '"' || u[run] == '\\') break;
+            size_t k = u[run] < 0x80 ? 1 : utf8_seq(u + run, n - run);
+            if (!k) break;
+            run += k;
+        }
+        w_put(w, s + i, run - i);
+        i = run;
+        if (i >= n) break;
+        if (u[i] == '"' || u[i] == '\\') {
+            char esc[2] = { '\\', (char)u[i] };
+            w_put(w, esc, 2);
+        } else if (u[i] < 0x20) {
+            w_fmt(w, "\\u%04x", (unsigned)u[i]);
+        } else {
+            w_str(w, "\\ufffd");
+        }
+        i++;
+    }
+    w_put(w, "\"", 1);
+}
+
+/* %.3f, or 0 for a quantity that was not measured */
+static void w_num(writer *w, const char *key, double v)
+{
+    w_fmt(w, ",\"%s\":%.3f", key, v == v && v >= 0 && v < 1e15 ? v : 0.0);
+}
+
+/* ==================================================================================
+ * Input: lines of at most LINE_MAX_BYTES bytes
+ * ================================================================================== */
+typedef struct {
+    int fd;
+    size_t start, end;   /* unread bytes rbuf[start..end) */
+    int eof;
+} reader;
+
+enum { LINE_OK, LINE_LONG, LINE_EOF, LINE_ERROR };
+
+/* The next line into line[0..*len) (NUL-terminated, newline dropped; the last line may lack
+ * its newline).  A line over LINE_MAX_BYTES is read to its end and dropped: LINE_LONG. */
+static int read_line(reader *r, size_t *len)
+{
+    size_t n = 0;
+    int over = 0, any = 0;
+    for (;;) {
+        if (r->start == r->end) {
+            if (r->eof) {
+                if (!any) return LINE_EOF;
+                break;
+            }
+            ssize_t k = read(r->fd, rbuf, sizeof rbuf);
+            if (k < 0) {
+                if (errno == EINTR) continue;
+                return LINE_ERROR;
+            }
+            r->start = 0;
+            r->end = (size_t)k;
+            if (k == 0) r->eof = 1;
+            continue;
+        }
+        any = 1;
+        char *from = rbuf + r->start, *nl = memchr(from, '\n', r->end - r->start);
+        size_t take = nl ? (size_t)(nl - from) : r->end - r->start;
+        if (!over && n + take > LINE_MAX_BYTES) over = 1;
+        if (!over) {
+            memcpy(line + n, from, take);
+            n += take;
+        }
+        r->start += take + (nl != NULL);
+        if (nl) break;
+    }
+    line[n] = 0;
+    *len = n;
+    return over ? LINE_LONG : LINE_OK;
+}
+
+/* ==================================================================================
+ * Requests: a strict JSON reader over line[] (RFC 8259), no recursion
+ * ================================================================================== */
+typedef struct {
+    char *p, *end, *begin;
+    const char *err;      /* the first syntax error */
+} json;
+
+typedef struct {
+    const char *id;               /* the "id" value as written (a string or an integer), or NULL */
+    size_t id_len;
+    char *prompt, *query, *system;   /* decoded, NUL-terminated */
+    size_t prompt_len;
+    const char *tools;            /* the "tools" array as written */
+    size_t tools_len;
+    uint32_t max_new;
+    int has_max_new, plain_markers, has_plain_markers, reset;
+    const char *problem;          /* the first error that is not a syntax error */
+} request;
+
+static int jfail(json *j, const char *what)
+{
+    if (!j->err) j->err = what;
+    return -1;
+}
+
+static void ws(json *j)
+{
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static int hex4(const char *s, unsigned *v)
+{
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
+        if (d == 16) return -1;
+        *v = *v << 4 | d;
+    }
+    return 0;
+}
+
+/* A string at j->p: its content (escapes not decoded) in [*s, *e).  The line is valid
+ * UTF-8 already; here the escapes, surrogate pairs and control characters are checked. */
+static int jstring(json *j, char **s, char **e)
+{
+    if (j->p >= j->end || *j->p != '"') return jfail(j, "expected a string");
+    *s = ++j->p;
+    for (;;) {
+        if (j->p >= j->end) return jfail(j, "unterminated string");
+        unsigned char c = (unsigned char)*j->p;
+        if (c == '"') break;
+        if (c < 0x20) return jfail(j, "control character in a string (escape it, e.g. \\n)");
+        if (c != '\\') { j->p++; continue; }
+        if (j->end - j->p < 2) return jfail(j, "unterminated string");
+        char k = j->p[1];
+        if (k != 'u') {
+            if (!strchr("\"\\/bfnrt", k) || !k) return jfail(j, "invalid escape in a string");
+            j->p += 2;
+            continue;
+        }
+        unsigned v, lo;
+        if (j->end - j->p < 6 || hex4(j->p + 2, &v)) return jfail(j, "\\u needs four hex digits");
+        j->p += 6;
+        if (v >= 0xDC00 && v <= 0xDFFF) return jfail(j, "lone low surrogate escape in a string");
+        if (v >= 0xD800 && v <= 0xDBFF) {
+            if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo)
+                || lo < 0xDC00 || lo > 0xDFFF)
+                return jfail(j, "high surrogate escape not followed by a low one");
+            j->p += 6;
+        }
+    }
+    *e = j->p++;
+    return 0;
+}
+
+/* Decode the checked string content [s, e) in place (escapes only shrink); NUL-terminate.
+ * *nul: the text holds U+0000. */
+static size_t decode(char *s, char *e, int *nul)
+{
+    char *o = s;
+    *nul = 0;
+    for (const char *p = s; p < e;) {
+        if (*p != '\\') { *o++ = *p++; continue; }
+        char k = p[1];
+        p += 2;
+        if (k != 'u') {
+            *o++ = k == 'b' ? '\b' : k == 'f' ? '\f' : k == 'n' ? '\n' : k == 'r' ? '\r' : k == 't' ? '\t' : k;
+            continue;
+        }
+        unsigned v, lo;
+        hex4(p, &v);
+        p += 4;
+        if (v >= 0xD800 && v <= 0xDBFF) {
+            hex4(p + 2, &lo);
+            p += 6;
+            v = 0x10000u + ((v - 0xD800u) << 10) + (lo - 0xDC00u);
+        }
+        if (v == 0) *nul = 1;
+        if (v < 0x80) {
+            *o++ = (char)v;
+        } else if (v < 0x800) {
+            *o++ = (char)(0xC0 | v >> 6);
+            *o++ = (char)(0x80 | (v & 0x3F));
+        } else if (v < 0x10000) {
+            *o++ = (char)(0xE0 | v >> 12);
+            *o++ = (char)(0x80 | (v >> 6 & 0x3F));
+            *o++ = (char)(0x80 | (v & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | v >> 18);
+            *o++ = (char)(0x80 | (v >> 12 & 0x3F));
+            *o++ = (char)(0x80 | (v >> 6 & 0x3F));
+            *o++ = (char)(0x80 | (v & 0x3F));
+        }
+    }
+    *o = 0;
+    return (size_t)(o - s);
+}
+
+/* A number at j->p; *integer: it has neither fraction nor exponent. */
+static int jnumber(json *j, int *integer)
+{
+    char *p = j->p;
+    *integer = 1;
+    if (p < j->end && *p == '-') p++;
+    if (p >= j->end || *p < '0' || *p > '9') return jfail(j, "invalid number");
+    if (*p == '0') p++;
+    else while (p < j->end && *p >= '0' && *p <= '9') p++;
+    if (p < j->end && *p == '.') {
+        *integer = 0;
+        if (++p >= j->end || *p < '0' || *p > '9') return jfail(j, "invalid number");
+        while (p < j->end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < j->end && (*p == 'e' || *p == 'E')) {
+        *integer = 0;
+        if (++p < j->end && (*p == '+' || *p == '-')) p++;
+        if (p >= j->end || *p < '0' || *p > '9') return jfail(j, "invalid number");
+        while (p < j->end && *p >= '0' && *p <= '9') p++;
+    }
+    j->p = p;
+    return 0;
+}
+
+static int jliteral(json *j, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n)) return jfail(j, "expected a value");
+    j->p += n;
+    return 0;
+}
+
+/* Any value at j->p, checked and skipped; nesting up to JSON_DEPTH, with a stack of its own. */
+static int jvalue(json *j)
+{
+    char stack[JSON_DEPTH];
+    int depth = 0, integer;
+    char *s, *e;
+    for (;;) {
+        /* a value */
+        ws(j);
+        if (j->p >= j->end) return jfail(j, "unexpected end of the line");
+        char c = *j->p;
+        if (c == '{' || c == '[') {
+            if (depth == JSON_DEPTH) return jfail(j, "nested deeper than 64 arrays and objects");
+            stack[depth++] = c;
+            j->p++;
+            ws(j);
+            if (j->p < j->end && *j->p == (c == '{' ? '}' : ']')) {
+                j->p++;
+                depth--;
+            } else if (c == '{') {
+                if (jstring(j, &s, &e)) return -1;
+                ws(j);
+                if (j->p >= j->end || *j->p != ':') return jfail(j, "expected ':' after a key");
+                j->p++;
+                continue;
+            } else {
+                continue;
+            }
+        } else if (c == '"') {
+            if (jstring(j, &s, &e)) return -1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            if (jnumber(j, &integer)) return -1;
+        } else if (jliteral(j, c == 't' ? "true" : c == 'f' ? "false" : "null")) {
+            return -1;
+        }
+        /* after a value: the next member, or the end of enclosing containers */
+        for (;;) {
+            if (depth == 0) return 0;
+            ws(j);
+            char top = stack[depth - 1];
+            if (j->p < j->end && *j->p == ',') {
+                j->p++;
+                if (top == '{') {
+                    ws(j);
+                    if (jstring(j, &s, &e)) return -1;
+                    ws(j);
+                    if (j->p >= j->end || *j->p != ':') return jfail(j, "expected ':' after a key");
+                    j->p++;
+                }
+                break;
+            }
+            if (j->p < j->end && *j->p == (top == '{' ? '}' : ']')) {
+                j->p++;
+                depth--;
+                continue;
+            }
+            return jfail(j, top == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
+        }
+    }
+}
+
+static void problem(request *r, const char *fmt, ...)
+{
+    if (r->problem) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->problem = msg;
+}
+
+/* A key for a message: at most 40 bytes, cut at a character boundary. */
+static int key_shown(const char *key, size_t len)
+{
+    size_t n = 0;
+    while (n < len && n < 40) {
+        size_t k = utf8_seq((const unsigned char *)key + n, len - n);
+        if (!k || n + k > 40) break;
+        n += k;
+    }
+    return (int)n;
+}
+
+static const char KEYS[] = "prompt, query, tools, system, max_new, plain_markers, reset, id";
+
+/* A text value: a string without U+0000, decoded in place. */
+static char *text_value(json *j, request *r, const char *key, size_t *len)
+{
+    char *s, *e;
+    int nul;
+    if (j->p >= j->end || *j->p != '"') {
+        if (!jvalue(j)) problem(r, "\"%s\" must be a string", key);
+        return NULL;
+    }
+    if (jstring(j, &s, &e)) return NULL;
+    size_t n = decode(s, e, &nul);
+    if (nul) { problem(r, "\"%s\" holds U+0000: remove it", key); return NULL; }
+    if (len) *len = n;
+    return s;
+}
+
+/* One request object on line[0..len).  Syntax errors end the parse (j->err); every other
+ * problem is noted (r->problem) and the parse goes on, so the id is echoed where it can be. */
+static void parse_request(json *j, request *r)
+{
+    static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
+                                         "reset", "id" };
+    unsigned seen = 0;
+    memset(r, 0, sizeof *r);
+    ws(j);
+    if (j->p >= j->end || *j->p != '{') { jfail(j, "expected '{' (a request is one JSON object)"); return; }
+    j->p++;
+    ws(j);
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+    } else {
+        for (;;) {
+            char *ks, *ke;
+            int nul;
+            ws(j);
+            if (jstring(j, &ks, &ke)) return;
+            size_t klen = decode(ks, ke, &nul);
+            ws(j);
+            if (j->p >= j->end || *j->p != ':') { jfail(j, "expected ':' after a key"); return; }
+            j->p++;
+            ws(j);
+            unsigned k = 0;
+            while (k < sizeof names / sizeof names[0] && (strlen(names[k]) != klen || memcmp(names[k], ks, klen))) k++;
+            char *start = j->p;
+            int integer = 0;
+            if (k == sizeof names / sizeof names[0]) {
+                problem(r, "unknown key \"%.*s\" (the keys are %s)", key_shown(ks, klen), ks, KEYS);
+                if (jvalue(j)) return;
+            } else if (seen & 1u << k) {
+                problem(r, "\"%s\" given twice: give it once", names[k]);
+                if (jvalue(j)) return;
+            } else {
+                seen |= 1u << k;
+                const char *name = names[k];
+                if (!strcmp(name, "prompt")) {
+                    r->prompt = text_value(j, r, name, &r->prompt_len);
+                } else if (!strcmp(name, "query")) {
+                    r->query = text_value(j, r, name, NULL);
+                } else if (!strcmp(name, "system")) {
+                    r->system = text_value(j, r, name, NULL);
+                } else if (!strcmp(name, "tools")) {
+                    if (jvalue(j)) return;
+                    if (*start != '[') problem(r, "\"tools\" must be an array of tool objects");
+                    r->tools = start;
+                    r->tools_len = (size_t)(j->p - start);
+                } else if (!strcmp(name, "max_new")) {
+                    if (jvalue(j)) return;
+                    uint64_t v = 0;
+                    for (const char *p = start; p < j->p && v <= NEEDLE_MAX_SEQ; p++)
+                        v = *p >= '0' && *p <= '9' ? v * 10u + (uint64_t)(*p - '0') : NEEDLE_MAX_SEQ + 1u;
+                    if (v < 1 || v > NEEDLE_MAX_SEQ)
+                        problem(r, "\"max_new\" must be an integer between 1 and %u", NEEDLE_MAX_SEQ);
+                    r->max_new = (uint32_t)v;
+                    r->has_max_new = 1;
+                } else if (!strcmp(name, "plain_markers") || !strcmp(name, "reset")) {
+                    if (jvalue(j)) return;
+                    size_t n = (size_t)(j->p - start);
+                    int yes = n == 4 && !memcmp(start, "true", 4), no = n == 5 && !memcmp(start, "false", 5);
+                    if (!strcmp(name, "reset")) {
+                        if (!yes) problem(r, "\"reset\" takes true (or leave it out)");
+                        r->reset = 1;
+                    } else {
+                        if (!yes && !no) problem(r, "\"plain_markers\" must be true or false");
+                        r->plain_markers = yes;
+                        r->has_plain_markers = 1;
+                    }
+                } else {   /* id: a string or an integer, echoed as written */
+                    if (*start == '"') {
+                        char *s, *e;
+                        if (jstring(j, &s, &e)) return;
+                    } else if (*start == '-' || (*start >= '0' && *start <= '9')) {
+                        if (jnumber(j, &integer)) return;
+                    } else if (jvalue(j)) {
+                        return;
+                    }
+                    size_t n = (size_t)(j->p - start);
+                    if (*start != '"' && !integer) problem(r, "\"id\" must be a string or an integer");
+                    else if (n > ID_MAX) problem(r, "\"id\" is longer than %u bytes: use a shorter one", ID_MAX);
+                    else { r->id = start; r->id_len = n; }
+                }
+                if (j->err) return;
+            }
+            ws(j);
+            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+            if (j->p < j->end && *j->p == '}') { j->p++; break; }
+            jfail(j, "expected ',' or '}'");
+            return;
+        }
+    }
+    ws(j);
+    if (j->p < j->end) jfail(j, "text after the request object (one object per line)");
+}
+
+/* ==================================================================================
+ * Answers
+ * ================================================================================== */
+static void answer_start(writer *w, const request *r, int ok)
+{
+    w_put(w, "{", 1);
+    if (r && r->id) {
+        w_str(w, "\"id\":");
+        w_put(w, r->id, r->id_len);
+        w_put(w, ",", 1);
+    }
+    w_str(w, ok ? "\"ok\":true" : "\"ok\":false");
+}
+
+static void answer_error(writer *w, const request *r, const char *fmt, ...)
+{
+    char m[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    answer_start(w, r, 0);
+    w_str(w, ",\"error\":");
+    w_json_string(w, m, strlen(m));
+    w_str(w, "}\n");
+}
+
+/* The token hook: decode into text[]. */
+typedef struct {
+    needle_tok_stream stream;
+    size_t len;
+    double prefilled_ms;
+} collect;
+
+static void on_prefilled(void *ctx) { ((collect *)ctx)->prefilled_ms = now_ms(); }
+
+static int on_token(void *ctx, uint32_t id)
+{
+    collect *c = ctx;
+    c->len += needle_tok_stream_push(&c->stream, id, text + c->len);
+    return 0;
+}
+
+static const char *const STOP[] = { "eos", "im_end", "max_new", "context" };
+
+/* Answer one request line (line[0..len)). */
+static void handle(writer *w, size_t len)
+{
+    json j = { line, line + len, line, NULL };
+    request r;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq((const unsigned char *)line + i, len - i);
+        if (!k) {
+            answer_error(w, NULL, "request is not valid UTF-8 (byte %zu): send UTF-8 text", i + 1);
+            return;
+        }
+        i += k;
+    }
+    parse_request(&j, &r);
+    if (j.err) {
+        answer_error(w, r.id ? &r : NULL, "request is not valid JSON: %s at byte %zu (send one JSON object per line)",
+                     j.err, (size_t)(j.p - j.begin) + 1);
+        return;
+    }
+    if (r.problem) { answer_error(w, &r, "%s", r.problem); return; }
+    int kinds = (r.prompt != NULL) + (r.query != NULL) + r.reset;
+    if (kinds != 1) {
+        answer_error(w, &r, kinds ? "give one of \"prompt\", \"query\" or \"reset\" per request"
+                                  : "a request needs \"prompt\", \"query\" or \"reset\": true");
+        return;
+    }
+    if (!r.query && (r.tools || r.system || r.has_plain_markers)) {
+        answer_error(w, &r, "\"tools\", \"system\" and \"plain_markers\" go with \"query\"");
+        return;
+    }
+    if (r.reset) {
+        if (r.has_max_new) { answer_error(w, &r, "\"reset\" goes alone (with an optional \"id\")"); return; }
+        needle_reset();
+        pending = -1;
+        answer_start(w, &r, 1);
+        w_str(w, ",\"reset\":true}\n");
+        return;
+    }
+
+    /* the prompt text, and the ranges of it whose chat markers are plain text */
+    const char *prompt_text = r.prompt;
+    size_t prompt_len = r.prompt_len;
+    needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
+    size_t n_plain = 0;
+    if (r.query) {
+        const char *tools = r.tools ? r.tools : start_tools;
+        size_t tools_len = r.tools ? r.tools_len : start_tools_len;
+        if (!tools) {
+            answer_error(w, &r, "\"query\" needs tools: add \"tools\": [...] to the request, or start the "
+                                "service with --tools FILE.json");
+            return;
+        }
+        char err[256];
+        int n = needle_tool_prompt(tools, tools_len, r.query, r.system, r.plain_markers, prompt, sizeof prompt,
+                                   plain, &n_plain, err, sizeof err);
+        if (n < 0) {
+            answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+            return;
+        }
+        prompt_text = prompt;
+        prompt_len = (size_t)n;
+    } else if (prompt_len == 0) {
+        answer_error(w, &r, "empty prompt: send some text");
+        return;
+    }
+
+    /* token ids: the token chosen last (fed only now), BOS on a fresh session, the prompt */
+    uint32_t pos = needle_position(), carried = pending >= 0, base = 0;
+    if (carried) ids[base++] = (uint32_t)pending;
+    else if (pos == 0) ids[base++] = NEEDLE_BOS_ID;
+    int32_t n = needle_tok_encode_spans(prompt_text, prompt_len, ids + base, NEEDLE_MAX_SEQ - 2, plain, n_plain);
+    if (n == NEEDLE_TOK_E_UTF8) { answer_error(w, &r, "prompt is not valid UTF-8"); return; }
+    if (n < 0) {
+        answer_error(w, &r, "prompt too long: it must encode to at most %u tokens (max_seq_len %u minus BOS and "
+                            "one new token) and %u bytes: shorten it", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ,
+                     NEEDLE_TOK_MAX_TEXT);
+        return;
+    }
+    /* Checked before anything is fed, so a refused request leaves the session as it was. */
+    uint32_t fed = base + (uint32_t)n, used = pos + carried;
+    if (pos + fed >= NEEDLE_MAX_SEQ) {   /* no room for the prompt and one new token */
+        answer_error(w, &r, "the prompt takes %u tokens but the session has %u of max_seq_len %u left "
+                            "(position %u): send {\"reset\": true} to start a new session, then the request "
+                            "again", (uint32_t)n, used + 1u >= NEEDLE_MAX_SEQ ? 0u : NEEDLE_MAX_SEQ - used - 1u,
+                     NEEDLE_MAX_SEQ, used);
+        return;
+    }
+
+    static collect c;
+    needle_tok_stream_init(&c.stream);
+    c.len = 0;
+    needle_gen_hooks hooks = { on_prefilled, on_token, &c };
+    needle_gen_result res;
+    double t0 = now_ms();
+    c.prefilled_ms = t0;
+    int rc = needle_generate(ids, fed, r.has_max_new ? r.max_new : start_max_new, im_end_id, &hooks, &res);
+    double t1 = now_ms();
+    if (rc) {
+        needle_reset();
+        pending = -1;
+        answer_error(w, &r, "engine error: %s (the session was reset)", needle_error());
+        return;
+    }
+    c.len += needle_tok_stream_finish(&c.stream, text + c.len);
+    pending = res.stop == NEEDLE_STOP_EOS ? -1 : (int32_t)res.last;
+    uint32_t position = needle_position() + (pending >= 0);
+    double prefill = c.prefilled_ms - t0, dec = t1 - c.prefilled_ms;
+
+    answer_start(w, &r, 1);
+    w_str(w, ",\"text\":");
+    w_json_string(w, text, c.len);
+    w_fmt(w, ",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"position\":%u,\"stop\":\"%s\"",
+          fed - carried, res.generated, position, STOP[res.stop]);
+    w_num(w, "prefill_ms", prefill);
+    w_num(w, "decode_ms", dec);
+    w_num(w, "prefill_tps", prefill > 0 ? fed * 1e3 / prefill : 0.0);
+    w_num(w, "decode_tps", dec > 0 ? res.generated * 1e3 / dec : 0.0);
+    w_str(w, "}\n");
+}
+
+/* ==================================================================================
+ * Sessions and the socket
+ * ================================================================================== */
+enum { SESSION_EOF, SESSION_WRITE, SESSION_READ };
+
+/* Answer every line of `in` on `out` until `in` ends (or `out` fails).  A fresh session. */
+static int session(int in, int out, int *err)
+{
+    reader r = { in, 0, 0, 0 };
+    writer w = { out, 0, 0, 0 };
+    needle_reset();
+    pending = -1;
+    for (;;) {
+        size_t len = 0;
+        int k = read_line(&r, &len);
+        if (k == LINE_EOF) return SESSION_EOF;
+        if (k == LINE_ERROR) { *err = errno; return SESSION_READ; }
+        if (k == LINE_LONG) {
+            answer_error(&w, NULL, "request line longer than %u bytes: send a shorter prompt or tools array "
+                                   "(the line was skipped)", LINE_MAX_BYTES);
+        } else {
+            if (len && line[len - 1] == '\r') line[--len] = 0;   /* CRLF line ends */
+            size_t i = 0;
+            while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
+            if (i == len) continue;   /* blank lines are not requests */
+            handle(&w, len);
+        }
+        w_flush(&w);
+        if (w.failed) { *err = w.err; return SESSION_WRITE; }
+    }
+}
+
+static int serve_socket(const char *path)
+{
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof addr.sun_path)
+        return fail(2, "--socket %s: the path is longer than %zu bytes (choose a shorter one, e.g. "
+                       "/var/run/needle.sock)", path, sizeof addr.sun_path - 1);
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return fail(1, "%s exists and is not a socket: remove it or pass another --socket PATH", path);
+        /* a running service accepts the connection; a stale socket file refuses it */
+        int probe = socket(AF_UNIX, SOCK_STREAM, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof addr) == 0;
+        if (probe >= 0) close(probe);
+        if (live) return fail(1, "another service is listening on %s: stop it or pass another --socket PATH", path);
+        if (unlink(path) && errno != ENOENT)
+            return fail(1, "cannot remove the stale socket %s: %s", path, strerror(errno));
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return fail(1, "cannot create a socket: %s", strerror(errno));
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, 8)) {
+        int e = errno;
+        close(fd);
+        return fail(1, "cannot listen on %s: %s", path, strerror(e));
+    }
+    for (;;) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+            int e = errno;
+            close(fd);
+            return fail(1, "cannot accept a connection on %s: %s", path, strerror(e));
+        }
+        int err = 0;
+        session(c, c, &err);   /* a client that went away only ends its own session */
+        close(c);
+    }
+}
+
+int needle_serve(const char *socket_path, const char *tools_json, size_t tools_len, uint32_t max_new)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);   /* a reader that went away is a write error, not a signal */
+    start_tools = tools_json;
+    start_tools_len = tools_len;
+    start_max_new = max_new;
+    int32_t id = needle_tok_piece_id(IM_END, sizeof IM_END - 1);
+    im_end_id = id >= 0 && (uint32_t)id < NEEDLE_OUT_VOCAB && needle_tok_piece_type((uint32_t)id) == NEEDLE_TOK_USER_DEFINED
+              ? id : -1;
+    hal_flush();
+    if (socket_path) return serve_socket(socket_path);
+    int err = 0;
+    switch (session(0, 1, &err)) {
+    case SESSION_WRITE:
+        return fail(1, "cannot write standard output: %s (check where it is redirected)", strerror(err));
+    case SESSION_READ:
+        return fail(1, "cannot read standard input: %s", strerror(err));
+    default:
+        return 0;
+    }
+}

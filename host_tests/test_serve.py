@@ -1,0 +1,433 @@
+"""`needle --serve` (firmware/cli/serve.c, docs/serve.md): JSON-line requests on standard input
+or a Unix socket, one session per connection whose KV cache carries over between requests.
+
+Every answer must be one line that json.loads reads; a malformed request is answered with an
+error object and the service goes on; the first answer of a session chooses the same tokens
+as the CLI (`--prompt`, `--tools --query`).  The last test runs a session on the MT7621
+router build under qemu-mipsel when the toolchain and the emulator are there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_cli_robustness import needle, one_line, run  # noqa: F401  (needle: the host engine, built once)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "demo" / "tools.json"
+DEMO_ARCHIVE = ROOT / "build" / "demo" / "demo.cact"   # what `scons` without archive= links in
+PROMPT = "What is the weather in Lagos?"
+QUERY = "set a timer for ten minutes"
+IM_END = "<|im_end|>"
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def request(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def answers_of(stdout: bytes) -> list[dict]:
+    """Every line of the service's output as a JSON object (strict UTF-8, one object a line)."""
+    text = stdout.decode("utf-8")
+    assert text.endswith("\n"), text[-200:]
+    out = []
+    for line in text[:-1].split("\n"):
+        obj = json.loads(line)
+        assert isinstance(obj, dict), line
+        out.append(obj)
+    return out
+
+
+def serve_pipe(binary: Path, lines: list[bytes], *args, timeout=300) -> list[dict]:
+    """Run `needle --serve ARGS` with `lines` on standard input; its answers, one per request."""
+    proc = subprocess.run([str(binary), "--serve", *map(str, args)], input=b"\n".join(lines) + b"\n",
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    assert proc.returncode == 0 and proc.stderr == b"", (proc.returncode, proc.stderr)
+    return answers_of(proc.stdout)
+
+
+def cli_text(binary: Path, *args) -> str:
+    """What the CLI prints for a generation, without its final newline."""
+    proc = run(binary, *args)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.endswith("\n")
+    return proc.stdout[:-1]
+
+
+def assert_same_generation(answer: dict, cli: str) -> None:
+    """The service's text is the CLI's up to the first <|im_end|> (where the service stops; the
+    CLI goes on to EOS), and the stop reason says which."""
+    assert answer["ok"] is True, answer
+    if answer["stop"] == "im_end":
+        assert cli.startswith(answer["text"] + IM_END), (answer, cli)
+    else:
+        assert IM_END not in cli
+        assert answer["text"] == cli, (answer, cli)
+
+
+def ok(answer: dict) -> dict:
+    assert answer.get("ok") is True, answer
+    for key in ("text", "prompt_tokens", "generated_tokens", "position", "stop", "prefill_ms", "decode_ms",
+                "prefill_tps", "decode_tps"):
+        assert key in answer, (key, answer)
+    assert answer["stop"] in ("eos", "im_end", "max_new", "context")
+    return answer
+
+
+def error(answer: dict, *words: str) -> dict:
+    assert answer.get("ok") is False, answer
+    msg = answer["error"]
+    assert isinstance(msg, str) and "\n" not in msg and msg, answer
+    for w in words:
+        assert w in msg, (w, msg)
+    return answer
+
+
+def grown(before: dict, after: dict) -> int:
+    """Position after `after` from the one after `before`: every prompt and generated token
+    once, plus the <|im_end|> the session keeps when it stopped there."""
+    return before["position"] + after["prompt_tokens"] + after["generated_tokens"] + (after["stop"] == "im_end")
+
+
+@pytest.fixture(scope="module")
+def max_seq(needle) -> int:
+    info = run(needle, "--info")
+    return int(re.search(r"max_seq (\d+)", info.stdout).group(1))
+
+
+def prompt_tokens(needle, text: str) -> int:
+    """Tokens of `text` on a fresh session, BOS excluded (measured by the service)."""
+    return ok(serve_pipe(needle, [request(prompt=text, max_new=1)])[0])["prompt_tokens"] - 1
+
+
+def prompt_between(needle, low: int, high: int) -> str:
+    """A prompt that encodes to low..high tokens (BOS excluded)."""
+    base, word = "Lagos", " weather"
+    a, b = prompt_tokens(needle, base), prompt_tokens(needle, base + word)
+    k = max(1, (low - a + (b - a) - 1) // max(1, b - a))
+    for _ in range(50):
+        n = prompt_tokens(needle, base + word * k)
+        if low <= n <= high:
+            return base + word * k
+        k += 1 if n < low else -1
+    pytest.fail(f"no prompt of {low}..{high} tokens found")
+
+
+# ---- standard input ----------------------------------------------------------------------
+
+def test_scripted_session_over_a_pipe(needle, max_seq):
+    cli = cli_text(needle, "--prompt", PROMPT, "--max-new", "8")
+    # calibration: a prompt that fits a fresh session but not what the first two answers leave
+    two = serve_pipe(needle, [request(prompt=PROMPT, max_new=8), request(prompt=PROMPT, max_new=8)])
+    big = prompt_between(needle, max_seq - two[1]["position"], max_seq - 2)
+
+    lines = [
+        request(prompt=PROMPT, max_new=8, id=7),                    # 0 fresh session
+        b'{"prompt": "oops"',                                        # 1 malformed JSON
+        request(prompt="x", colour="red", id="u-1"),                 # 2 unknown key, id echoed
+        b'{"prompt": "' + b"a" * 200_000 + b'"}',                    # 3 over the size limit
+        b"",                                                         #   blank: no answer
+        b'{"prompt": "caf\xc3"}',                                    # 4 invalid UTF-8
+        request(prompt="a", query="b"),                              # 5 two kinds
+        request(prompt=PROMPT, max_new=8),                           # 6 continues the session
+        request(prompt=big, max_new=4, id=99),                       # 7 does not fit: refused
+        request(prompt=PROMPT, max_new=2),                           # 8 the session was kept
+        request(reset=True, id=3),                                   # 9 forget it
+        request(prompt=PROMPT, max_new=8),                           # 10 fresh again
+        request(prompt=PROMPT, max_new=0),                           # 11 max_new out of range
+        request(query=QUERY),                                        # 12 no tools anywhere
+        request(prompt=PROMPT, system="be brief"),                   # 13 system without query
+    ]
+    a = serve_pipe(needle, lines)
+    assert len(a) == 14
+
+    ok(a[0])
+    assert a[0]["id"] == 7
+    assert_same_generation(a[0], cli)
+    assert a[0]["prompt_tokens"] == two[0]["prompt_tokens"]
+    assert a[0]["position"] == a[0]["prompt_tokens"] + a[0]["generated_tokens"] + (a[0]["stop"] == "im_end")
+
+    assert "id" not in error(a[1], "not valid JSON")
+    assert error(a[2], "unknown key", "colour")["id"] == "u-1"
+    error(a[3], "longer than", "skipped")
+    error(a[4], "not valid UTF-8")
+    error(a[5], "one of")
+
+    ok(a[6])   # the follow-up: appended after the first answer, no BOS, no re-prefill
+    assert a[6]["prompt_tokens"] == a[0]["prompt_tokens"] - 1 < a[6]["position"]
+    assert a[6]["position"] == grown(a[0], a[6]) == two[1]["position"]
+
+    assert error(a[7], '{"reset": true}', "left")["id"] == 99
+    ok(a[8])   # the refused request fed nothing
+    assert a[8]["prompt_tokens"] == a[6]["prompt_tokens"] and a[8]["position"] == grown(a[6], a[8])
+
+    assert a[9] == {"id": 3, "ok": True, "reset": True}
+    ok(a[10])
+    assert (a[10]["text"], a[10]["prompt_tokens"], a[10]["position"]) == \
+        (a[0]["text"], a[0]["prompt_tokens"], a[0]["position"])
+    error(a[11], "max_new", f"between 1 and {max_seq}")
+    error(a[12], "--tools")
+    error(a[13], "go with")
+
+    # the refused request fits a fresh session
+    ok(serve_pipe(needle, [request(prompt=big, max_new=1)])[0])
+
+
+def test_context_fills_up_then_a_reset_frees_it(needle, max_seq):
+    a = serve_pipe(needle, [request(prompt=PROMPT, max_new=max_seq), request(prompt="more", id=2),
+                            request(reset=True), request(prompt=PROMPT, max_new=4)])
+    # the demo archive does not choose EOS in 256 tokens: the answer runs into the context's end
+    assert ok(a[0])["stop"] == "context", a[0]
+    assert a[0]["generated_tokens"] == max_seq - a[0]["prompt_tokens"] and a[0]["position"] == max_seq
+    assert error(a[1], '{"reset": true}', "0 of max_seq_len")["id"] == 2
+    assert a[2] == {"ok": True, "reset": True}
+    assert ok(a[3])["prompt_tokens"] == a[0]["prompt_tokens"]
+    assert a[3]["text"] == cli_text(needle, "--prompt", PROMPT, "--max-new", "4")
+
+
+def test_last_line_without_newline_and_eof(needle):
+    proc = subprocess.run([str(needle), "--serve"], input=request(prompt=PROMPT, max_new=3),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert len(answers_of(proc.stdout)) == 1
+    empty = subprocess.run([str(needle), "--serve"], input=b"", capture_output=True, timeout=60)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, b"", b"")
+
+
+def test_strings_are_escaped_and_ids_echoed_as_written(needle):
+    a = serve_pipe(needle, [
+        b'{"id": "\\u00e9t\\u00e9 \\"q\\"", "prompt": "caf\\u00e9 \\ud83d\\ude00\\n\\t", "max_new": 3}',
+        b'{"id": -12, "reset": true}',
+        b'{"id": 1.5, "reset": true}',
+        b'{"id": "x", "prompt": "a\\u0000b"}',
+        b'{"prompt": "\\ud800"}',
+        b'{"prompt": "a"} trailing',
+        b'[1, 2]',
+        b'{"prompt": "a", "prompt": "b"}',
+        b'{"tools": {}, "query": "q"}',
+        b'{"reset": false}',
+    ])
+    assert ok(a[0])["id"] == 'été "q"'
+    assert a[1] == {"id": -12, "ok": True, "reset": True}
+    assert "id" not in error(a[2], "id", "string or an integer")
+    assert error(a[3], "U+0000")["id"] == "x"
+    error(a[4], "surrogate")
+    error(a[5], "after the request")
+    error(a[6], "one JSON object")
+    error(a[7], "twice")
+    error(a[8], "array")
+    error(a[9], "reset")
+
+
+def test_tool_queries_equal_the_cli(needle):
+    tools = json.loads(TOOLS.read_text())
+    cli = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--max-new", "24")
+    cli_sys = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--system", "Be brief.", "--plain-markers",
+                       "--max-new", "24")
+    a = serve_pipe(needle, [request(query=QUERY, max_new=24),
+                            request(reset=True),
+                            request(query=QUERY, max_new=24, system="Be brief.", plain_markers=True)],
+                   "--tools", TOOLS)
+    assert_same_generation(a[0], cli)
+    assert_same_generation(a[2], cli_sys)
+    # inline tools, on a service started without --tools
+    b = serve_pipe(needle, [request(query=QUERY, tools=tools, max_new=24),
+                            request(query=QUERY, tools=[1], max_new=2),
+                            request(query=QUERY, tools="[]")])
+    assert_same_generation(b[0], cli)
+    error(b[1], "tools")
+    error(b[2], "array")
+
+
+def test_default_max_new_comes_from_the_command_line(needle):
+    a = serve_pipe(needle, [request(prompt=PROMPT)], "--max-new", "3")[0]
+    assert ok(a)["generated_tokens"] <= 3
+    if a["stop"] == "max_new":
+        assert a["generated_tokens"] == 3
+    assert_same_generation(a, cli_text(needle, "--prompt", PROMPT, "--max-new", "3"))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_unwritable_standard_output_ends_the_service(needle):
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run([str(needle), "--serve"], input=request(prompt=PROMPT, max_new=2) + b"\n",
+                              stdout=full, stderr=subprocess.PIPE, timeout=60, text=False)
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "cannot write standard output" in err, err
+
+
+# ---- command line ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (["--socket", "/tmp/x.sock"], ["--socket goes with --serve"]),
+    (["--serve", "--query", "q"], ["choose exactly one"]),
+    (["--serve", "--prompt", "p"], ["choose exactly one"]),
+    (["--serve", "--system", "s", "--tools", str(TOOLS)], ["--serve takes only"]),
+    (["--serve", "--ids"], ["--serve takes only"]),
+    (["--serve", "--serve"], ["given more than once"]),
+    (["--serve", "--tools", "/nonexistent.json"], ["cannot read /nonexistent.json"]),
+    (["--serve", "--tools", str(ROOT / "README.md")], ["README.md: tools JSON"]),
+    (["--serve", "--max-new", "0"], ["--max-new wants an integer"]),
+])
+def test_serve_usage_errors(needle, args, words):
+    proc = subprocess.run([str(needle), *args], input="", capture_output=True, text=True, timeout=60)
+    one_line(proc, 2, *words)
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--prompt", "hi"], ["--info"], ["--serve"], ["--tokens", "2,5"]])
+def test_archive_refused_on_a_linked_engine(needle, args):
+    proc = subprocess.run([str(needle), "--archive", str(DEMO_ARCHIVE), *args], input="", capture_output=True,
+                          text=True, timeout=60)
+    one_line(proc, 2, "this engine carries its archive linked in: drop --archive")
+    assert proc.stdout == ""
+    twice = run(needle, "--archive", "a", "--archive", "b", "--info")
+    one_line(twice, 2, "--archive given more than once")
+
+
+def test_help_names_serve_and_archive(needle):
+    out = run(needle, "--help").stdout
+    assert "--serve [--socket PATH]" in out and "--archive PATH" in out
+
+
+# ---- Unix socket -------------------------------------------------------------------------
+
+class Service:
+    """`needle --serve --socket PATH` in the background; always stopped by the test."""
+
+    def __init__(self, binary: Path, path: Path, *args):
+        self.path = path
+        self.proc = subprocess.Popen([str(binary), "--serve", "--socket", str(path), *map(str, args)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def connect(self, timeout=30.0) -> socket.socket:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, self.proc.communicate()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(str(self.path))
+                s.settimeout(120)
+                return s
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def exchange(conn: socket.socket, *requests: bytes) -> list[dict]:
+    """Send each request and read its answer line."""
+    out = []
+    with conn.makefile("rb") as f:
+        for req in requests:
+            conn.sendall(req + b"\n")
+            line = f.readline()
+            assert line.endswith(b"\n"), (req, line)
+            out.append(json.loads(line.decode("utf-8")))
+    return out
+
+
+def test_unix_socket_sessions(needle, tmp_path):
+    path = tmp_path / "needle.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)   # a socket file nobody listens on
+    stale.bind(str(path))
+    stale.close()
+    cli = cli_text(needle, "--prompt", PROMPT, "--max-new", "8")
+    svc = Service(needle, path)
+    try:
+        with svc.connect() as c1:
+            a = exchange(c1, request(prompt=PROMPT, max_new=8, id=1), b"{nope", request(prompt=PROMPT, max_new=8))
+        assert_same_generation(a[0], cli)
+        assert a[0]["id"] == 1
+        error(a[1], "not valid JSON")
+        assert ok(a[2])["prompt_tokens"] == a[0]["prompt_tokens"] - 1 and a[2]["position"] == grown(a[0], a[2])
+
+        # a client that leaves mid-answer ends only its own connection
+        c = svc.connect()
+        c.sendall(request(prompt=PROMPT, max_new=200) + b"\n")
+        c.close()
+
+        with svc.connect() as c2:   # a new connection is a new session
+            b = exchange(c2, request(prompt=PROMPT, max_new=8))
+        assert (b[0]["text"], b[0]["prompt_tokens"], b[0]["position"]) == \
+            (a[0]["text"], a[0]["prompt_tokens"], a[0]["position"])
+
+        # a second service on the same path is refused; the first one keeps it
+        other = subprocess.run([str(needle), "--serve", "--socket", str(path)], capture_output=True, text=True,
+                               timeout=60)
+        one_line(other, 1, "another service is listening")
+        with svc.connect() as c3:
+            ok(exchange(c3, request(prompt=PROMPT, max_new=2))[0])
+        assert svc.proc.poll() is None
+    finally:
+        svc.stop()
+
+
+def test_socket_path_that_is_not_a_socket(needle, tmp_path):
+    path = tmp_path / "file"
+    path.write_text("keep me")
+    proc = subprocess.run([str(needle), "--serve", "--socket", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    one_line(proc, 1, "exists and is not a socket")
+    assert path.read_text() == "keep me"
+    long = subprocess.run([str(needle), "--serve", "--socket", str(tmp_path / ("x" * 120))], capture_output=True,
+                          text=True, timeout=60)
+    one_line(long, 2, "longer than")
+
+
+# ---- a router under QEMU -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_session_on_router_mt7621_under_qemu(needle, tmp_path_factory):
+    from generator.build import boards
+    from generator.errors import CactError
+    board = boards.load("router-mt7621")
+    missing = boards.missing_tools(board, run=True)
+    if missing:
+        pytest.skip(missing)
+    build = tmp_path_factory.mktemp("serve-mt7621")
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", f"board={board['name']}", f"build={build}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        pytest.skip(f"router-mt7621 does not build yet (archive placement `file` in progress?): "
+                    f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    binary = build / "needle"
+    try:
+        cmd = boards.run_command(board, str(binary), ["--serve"], archive_image=str(DEMO_ARCHIVE))
+    except CactError as exc:
+        pytest.skip(f"router-mt7621: {exc}")
+    lines = [request(prompt=PROMPT, max_new=8, id="r"), b"{bad", request(prompt=PROMPT, max_new=4),
+             request(reset=True), request(prompt=PROMPT, max_new=8)]
+    run_ = subprocess.run(cmd, input=b"\n".join(lines) + b"\n", capture_output=True, timeout=900)
+    assert run_.returncode == 0 and run_.stderr == b"", (cmd, run_.stderr)
+    a = answers_of(run_.stdout)
+    host = serve_pipe(needle, [request(prompt=PROMPT, max_new=8)])[0]
+    assert ok(a[0])["id"] == "r"
+    assert (a[0]["text"], a[0]["prompt_tokens"], a[0]["stop"]) == (host["text"], host["prompt_tokens"], host["stop"])
+    error(a[1], "not valid JSON")
+    assert ok(a[2])["prompt_tokens"] == a[0]["prompt_tokens"] - 1 and a[2]["position"] == grown(a[0], a[2])
+    assert a[3] == {"ok": True, "reset": True}
+    assert ok(a[4])["text"] == a[0]["text"]
