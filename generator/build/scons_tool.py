@@ -4,6 +4,7 @@
   signature covers the archive, the engine templates, the generator modules a generation
   runs (SIGNATURE_SOURCES), the board file (and those it inherits from) and the engine
   options, so a change to any of them regenerates and nothing else does.
+* ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report; on failure the image is deleted so no bad firmware is left.
 
@@ -46,7 +47,9 @@ def _generator_sources(env):
 
 
 def _board(env) -> dict:
-    return boards.load(env["NEEDLE_BOARD"])
+    """The board being built, as SConstruct builds it (libc=musl: its musl variant)."""
+    board = boards.load(env["NEEDLE_BOARD"])
+    return boards.with_musl(board) if env.get("libc") == "musl" else board
 
 
 def _engine_emitter(target, source, env):
@@ -100,6 +103,20 @@ def _check_str(target, source, env):
     return f"check {source[0].path}"
 
 
+def _ipk_action(target, source, env):
+    from generator.build import package
+    try:
+        package.write_ipk(_board(env), source[0].abspath, os.path.dirname(target[0].abspath))
+    except CactError as exc:
+        print(f"scons: error: package of {source[0].path}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _ipk_str(target, source, env):
+    return f"package {target[0].path} <- {source[0].path}"
+
+
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
@@ -108,7 +125,9 @@ def generate(env):
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
-                                   varlist=["NEEDLE_BOARD"]))
+                                   varlist=["NEEDLE_BOARD", "libc"]))
+    env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
 
 
 def exists(env):
