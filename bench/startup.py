@@ -1,14 +1,14 @@
-"""Start-up cost of the archive-file check (placement `file`, the router boards).
+"""Start-up cost of the whole-archive check (placement `file`: the routers; `partition`: watch-m7).
 
-A placement-file engine maps its archive at start and hashes every byte (SHA-256) before it
-runs.  This benchmark counts, under the board's emulator (qemu-user, the device's core), the
-instructions of `needle --archive A --info` for two archives of different sizes (the `tiny`
-and `small` goldens) and divides the difference by the difference in bytes: the check's
-instructions per archive byte, exact and repeatable (instruction counting as in
-bench/host.py).  It then projects the start-up cost for an archive of `needle2-base`'s size
-(the synthetic preset, 13.7 MB) at the clock of the board's SoC, assuming one instruction per
-cycle (the 24Kc, 1004Kc and Cortex-A7 are single- or dual-issue in-order cores: an estimate,
-not a measurement on a device).
+An engine whose archive is not linked into it hashes every byte of the archive (SHA-256)
+before it runs: the file it maps at start, or the partition flashed beside the firmware.
+This benchmark counts, under the board's emulator (the device's core), the instructions of
+`needle --info` for two archives of different sizes (the `tiny` and `small` goldens) and
+divides the difference by the difference in bytes: the check's instructions per archive
+byte, exact and repeatable (instruction counting as in bench/host.py).  It then projects the
+cost for an archive of `needle2-base`'s size (the synthetic preset, 13.7 MB) at the clock of
+the board's SoC, assuming one instruction per cycle (in-order cores: an estimate, not a
+measurement on a device).
 
     python -m bench.startup [--board router-mt7621 ...]
 
@@ -31,9 +31,13 @@ from generator.errors import CactError
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 BASE_BYTES = 13_731_733          # `python -m generator synth --preset needle2-base --seed 1`
-# Nominal clock of each router SoC (datasheets): MT7621A 880 MHz, QCA9563 (ath79) 775 MHz,
-# IPQ4019 717 MHz.
-CLOCK_MHZ = {"router-mt7621": 880, "router-ath79": 775, "router-ipq40xx": 717}
+# Nominal clock of each SoC (datasheets): MT7621A 880 MHz, QCA9563 (ath79) 775 MHz, IPQ4019
+# 717 MHz; watch-m7 stands for a Cortex-M7 part at 480 MHz (STM32H7).
+CLOCK_MHZ = {"router-mt7621": 880, "router-ath79": 775, "router-ipq40xx": 717, "watch-m7": 480}
+
+
+def checked(board: dict) -> bool:
+    return board["archive"]["placement"] in ("file", "partition")
 
 
 def build(board: str, archive: Path, out: Path) -> Path:
@@ -41,23 +45,22 @@ def build(board: str, archive: Path, out: Path) -> Path:
                            f"build={out}"], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
         raise CactError(f"building {board} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return out / "needle"
+    return out / ("needle.elf" if boards.load(board)["os"] == "none" else "needle")
 
 
 def measure(board_name: str) -> dict:
     board = boards.load(board_name)
-    if board["archive"]["placement"] != "file":
+    if not checked(board):
         raise CactError(f"board {board_name} links its archive (placement {board['archive']['placement']}): "
-                        "nothing is checked at start")
-    emu = board["emulator"]["command"]
+                        "only its header is checked at start")
     counts = {}
     with tempfile.TemporaryDirectory(prefix="needle-startup-") as tmp:
         for name in ("tiny", "small"):
             archive = GOLDEN / name / "archive.cact"
             exe = build(board_name, archive, Path(tmp) / name)
+            cmd = boards.run_command(board, str(exe), ["--info"], str(archive))
             counts[name] = (archive.stat().st_size,
-                            [count_instructions_of(emu, [str(exe), "--archive", str(archive), "--info"])
-                             for _ in range(2)])
+                            [count_instructions_of(cmd[:1], cmd[1:]) for _ in range(2)])
     (b0, c0), (b1, c1) = counts["tiny"], counts["small"]
     per_byte = (c1[0] - c0[0]) / (b1 - b0)
     mhz = CLOCK_MHZ.get(board_name)
@@ -72,9 +75,9 @@ def measure(board_name: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.splitlines()[0])
-    p.add_argument("--board", action="append", help="a placement-file board (default: every one)")
+    p.add_argument("--board", action="append", help="a placement-file or partition board (default: every one)")
     args = p.parse_args(argv)
-    names = args.board or [n for n in boards.names() if boards.load(n)["archive"]["placement"] == "file"]
+    names = args.board or [n for n in boards.names() if checked(boards.load(n))]
     try:
         results = [measure(n) for n in names]
     except CactError as exc:
