@@ -49,23 +49,9 @@ static int print_ids;   /* --ids: print generated token ids instead of text */
 static char tools_json[TOOLS_FILE_MAX + 1];
 static char prompt[PROMPT_MAX + 1];
 
-static int fail(int code, const char *fmt, ...)
-{
-    char line[512];
-    static const char prefix[] = "needle: error: ";
-    memcpy(line, prefix, sizeof prefix - 1);
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = sizeof prefix - 1 + hal_vformat(line + sizeof prefix - 1, sizeof line - sizeof prefix, fmt, ap);
-    va_end(ap);
-    line[n++] = '\n';
-    hal_err(line, n);
-    return code;
-}
-
 static int fail_stdout(void)
 {
-    return fail(1, "cannot write standard output: %s (free space or fix where it is redirected)", hal_reason());
+    return hal_fail(1, "cannot write standard output: %s (free space or fix where it is redirected)", hal_reason());
 }
 
 /* Close and drop a partial output file after a failure; returns code for chaining. */
@@ -129,19 +115,19 @@ static int write_le_floats(void *out, const float *v, uint32_t n)
 static int write_heads(const char *path)
 {
     const uint32_t count = NEEDLE_HEAD_COUNT;
-    if (count == 0) return fail(2, "this engine has no probe heads (build with head_tokens=N)");
+    if (count == 0) return hal_fail(2, "this engine has no probe heads (build with head_tokens=N)");
     void *out = hal_create(path);
-    if (!out) return fail(1, "cannot write %s: %s", path, hal_reason());
+    if (!out) return hal_fail(1, "cannot write %s: %s", path, hal_reason());
     for (uint32_t i = 0; i < count; i++) {
         uint32_t len = 0;
         const float *v = needle_head(needle_head_code(i), &len);
-        if (!v) { fail(2, "%s", needle_error()); return discard(out, path, 2); }
+        if (!v) { hal_fail(2, "%s", needle_error()); return discard(out, path, 2); }
         if (write_le_floats(out, v, len)) {
-            fail(1, "cannot write %s: %s", path, hal_reason());
+            hal_fail(1, "cannot write %s: %s", path, hal_reason());
             return discard(out, path, 1);
         }
     }
-    if (hal_close(out)) { fail(1, "cannot write %s: %s", path, hal_reason()); return discard(NULL, path, 1); }
+    if (hal_close(out)) { hal_fail(1, "cannot write %s: %s", path, hal_reason()); return discard(NULL, path, 1); }
     return 0;
 }
 
@@ -153,33 +139,33 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     char item[16];
     while (*p) {
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item) return fail(2, "--tokens: malformed list near \"%.20s\"", p);
+        if (len == 0 || len >= sizeof item) return hal_fail(2, "--tokens: malformed list near \"%.20s\"", p);
         memcpy(item, p, len);
         item[len] = 0;
-        if (n >= NEEDLE_MAX_SEQ) return fail(2, "--tokens: more than max_seq_len (%u) ids", NEEDLE_MAX_SEQ);
+        if (n >= NEEDLE_MAX_SEQ) return hal_fail(2, "--tokens: more than max_seq_len (%u) ids", NEEDLE_MAX_SEQ);
         if (parse_u32(item, NEEDLE_VOCAB - 1, &ids[n]))
-            return fail(2, "--tokens: \"%s\" is not a token id in 0..%u", item, NEEDLE_VOCAB - 1);
+            return hal_fail(2, "--tokens: \"%s\" is not a token id in 0..%u", item, NEEDLE_VOCAB - 1);
         n++;
         p += len;
-        if (*p == ',' && !*++p) return fail(2, "--tokens: list ends with a comma");
+        if (*p == ',' && !*++p) return hal_fail(2, "--tokens: list ends with a comma");
     }
-    if (n == 0) return fail(2, "--tokens: empty list");
+    if (n == 0) return hal_fail(2, "--tokens: empty list");
     if (heads_path) {   /* refuse before running anything or creating a file */
         if (NEEDLE_HEAD_COUNT == 0)
-            return fail(2, "--heads: this engine has no probe heads (rebuild with head_tokens=N, or drop --heads)");
+            return hal_fail(2, "--heads: this engine has no probe heads (rebuild with head_tokens=N, or drop --heads)");
         if (n > NEEDLE_HEAD_TOKENS)
-            return fail(2, "--heads: %u tokens but this engine keeps head cells for at most %u (pass fewer "
+            return hal_fail(2, "--heads: %u tokens but this engine keeps head cells for at most %u (pass fewer "
                            "tokens or rebuild with head_tokens=%u)", n, NEEDLE_HEAD_TOKENS, n);
     }
     void *out = NULL;
     if (logits_path && !(out = hal_create(logits_path)))
-        return fail(1, "cannot write %s: %s", logits_path, hal_reason());
+        return hal_fail(1, "cannot write %s: %s", logits_path, hal_reason());
     for (uint32_t t = 0; t < n; t++) {
         const float *lg = needle_step(ids[t]);
-        if (!lg) { fail(2, "%s", needle_error()); return discard(out, logits_path, 2); }
+        if (!lg) { hal_fail(2, "%s", needle_error()); return discard(out, logits_path, 2); }
         if (out) {
             if (write_le_floats(out, lg, NEEDLE_OUT_VOCAB)) {   /* little-endian on every host */
-                fail(1, "cannot write %s: %s", logits_path, hal_reason());
+                hal_fail(1, "cannot write %s: %s", logits_path, hal_reason());
                 return discard(out, logits_path, 1);
             }
         } else {
@@ -188,7 +174,7 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
         }
     }
     if (out && hal_close(out)) {
-        fail(1, "cannot write %s: %s", logits_path, hal_reason());
+        hal_fail(1, "cannot write %s: %s", logits_path, hal_reason());
         return discard(NULL, logits_path, 1);
     }
     if (!out) hal_out("\n", 1);
@@ -261,17 +247,17 @@ static int cli_token(void *ctx, uint32_t id)
 static int generate(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
                     uint32_t max_new, int max_new_given)
 {
-    if (len == 0) return fail(2, "empty prompt");
+    if (len == 0) return hal_fail(2, "empty prompt");
     ids[0] = NEEDLE_BOS_ID;
     int32_t n = needle_tok_encode_spans(text, len, ids + 1, NEEDLE_MAX_SEQ - 2, plain, n_plain);
-    if (n == NEEDLE_TOK_E_UTF8) return fail(2, "prompt is not valid UTF-8");
-    if (n < 0) return fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
+    if (n == NEEDLE_TOK_E_UTF8) return hal_fail(2, "prompt is not valid UTF-8");
+    if (n < 0) return hal_fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
                               "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
     uint32_t total = (uint32_t)n + 1, room = NEEDLE_MAX_SEQ - total;
     /* An explicit --max-new the context cannot hold is refused up front; the default (96) is
      * a ceiling and shrinks to what fits (needle_generate). */
     if (max_new > room && max_new_given)
-        return fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
+        return hal_fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
                        "(BOS included), so use --max-new %u or less, or a shorter prompt",
                     max_new, total, NEEDLE_MAX_SEQ, room);
     static cli_stream s;
@@ -280,7 +266,7 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
     needle_gen_hooks hooks = { NULL, cli_token, &s };
     needle_gen_result res;
     int rc = needle_generate(ids, total, max_new, -1, &hooks, &res);
-    if (rc < 0) return fail(2, "%s", needle_error());
+    if (rc < 0) return hal_fail(2, "%s", needle_error());
     if (rc) return rc;
     if (!print_ids) hal_out(s.out, needle_tok_stream_finish(&s.stream, s.out));
     hal_out("\n", 1);
@@ -311,9 +297,9 @@ static int serve(const char *socket_path, const char *tools_json, size_t tools_l
 #else
     (void)socket_path; (void)tools_json; (void)tools_len; (void)max_new;
 #ifdef __linux__
-    return fail(2, "--serve is not built into this program (NEEDLE_NO_SERVE)");
+    return hal_fail(2, "--serve is not built into this program (NEEDLE_NO_SERVE)");
 #else
-    return fail(2, "--serve needs a Linux board");
+    return hal_fail(2, "--serve needs a Linux board");
 #endif
 #endif
 }
@@ -332,7 +318,7 @@ static int cli(int argc, char **argv)
         const char *a = argv[i];
         for (uint32_t k = 0; k < sizeof once / sizeof once[0]; k++) {
             if (strcmp(a, once[k])) continue;
-            if (seen & (1u << k)) return fail(2, "%s given more than once: pass it once (see --help)", a);
+            if (seen & (1u << k)) return hal_fail(2, "%s given more than once: pass it once (see --help)", a);
             seen |= 1u << k;
         }
         const char **slot = !strcmp(a, "--prompt") ? &text : !strcmp(a, "--tools") ? &tools
@@ -341,13 +327,13 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
                           : !strcmp(a, "--socket") ? &socket_path : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench")) {
-            if (i + 1 >= argc) return fail(2, "%s needs a value (see --help)", a);
+            if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--max-new")) max_new_given = 1;
             if (slot) *slot = v;
             else if (!strcmp(a, "--max-new") ? parse_u32(v, NEEDLE_MAX_SEQ, &max_new) || max_new == 0
                                             : parse_u32(v, NEEDLE_MAX_SEQ, &bench) || bench == 0)
-                return fail(2, "%s wants an integer between 1 and %u, not \"%s\"", a, NEEDLE_MAX_SEQ, v);
+                return hal_fail(2, "%s wants an integer between 1 and %u, not \"%s\"", a, NEEDLE_MAX_SEQ, v);
         } else if (!strcmp(a, "--info")) {
             info = 1;
         } else if (!strcmp(a, "--ids")) {
@@ -360,28 +346,28 @@ static int cli(int argc, char **argv)
             usage();
             return hal_out_status() ? fail_stdout() : 0;
         } else {
-            return fail(2, "unknown option \"%s\" (see --help)", a);
+            return hal_fail(2, "unknown option \"%s\" (see --help)", a);
         }
     }
-    if (socket_path && !serving) return fail(2, "--socket goes with --serve");
+    if (socket_path && !serving) return hal_fail(2, "--socket goes with --serve");
     /* --serve takes the tools file alone: the query comes with each request */
     int modes = (text != NULL) + (query != NULL || (tools != NULL && !serving)) + (tokens != NULL) + info
               + (bench != 0) + serving;
     if (modes != 1)
-        return fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench, --serve "
+        return hal_fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench, --serve "
                        "(see --help)");
     if (serving && (system || plain_markers || print_ids || logits || heads))
-        return fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
+        return hal_fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
                        "and the rest come with each request (docs/serve.md)");
-    if ((logits || heads) && !tokens) return fail(2, "--logits and --heads go with --tokens");
-    if (system && !tools) return fail(2, "--system goes with --tools and --query");
-    if (plain_markers && !(tools || query)) return fail(2, "--plain-markers goes with --tools and --query");
-    if (print_ids && (tokens || info || bench)) return fail(2, "--ids goes with --prompt or --tools");
-    if ((tools || query) && !serving && (!tools || !query)) return fail(2, "--tools and --query go together");
+    if ((logits || heads) && !tokens) return hal_fail(2, "--logits and --heads go with --tokens");
+    if (system && !tools) return hal_fail(2, "--system goes with --tools and --query");
+    if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
+    if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
+    if ((tools || query) && !serving && (!tools || !query)) return hal_fail(2, "--tools and --query go together");
 #ifdef NEEDLE_ARCHIVE_FILE
-    if (!archive) return fail(2, "this engine reads its archive from a file: pass --archive PATH");
+    if (!archive) return hal_fail(2, "this engine reads its archive from a file: pass --archive PATH");
 #else
-    if (archive) return fail(2, "this engine carries its archive linked in: drop --archive");
+    if (archive) return hal_fail(2, "this engine carries its archive linked in: drop --archive");
 #endif
 #if !defined(__linux__) || defined(NEEDLE_NO_SERVE)
     if (serving) return serve(socket_path, NULL, 0, max_new);   /* refused before anything runs */
@@ -389,11 +375,11 @@ static int cli(int argc, char **argv)
 
     size_t tools_len = 0;
     if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
-        return fail(2, "cannot read %s: %s", tools, hal_reason());
+        return hal_fail(2, "cannot read %s: %s", tools, hal_reason());
 #ifdef NEEDLE_ARCHIVE_FILE
-    if (needle_archive_map(archive)) return fail(3, "%s", needle_error());
+    if (needle_archive_map(archive)) return hal_fail(3, "%s", needle_error());
 #endif
-    if (needle_boot()) return fail(3, "%s", needle_error());
+    if (needle_boot()) return hal_fail(3, "%s", needle_error());
     if (info) { print_info(); return hal_out_status() ? fail_stdout() : 0; }
     if (bench) {
         int rc = needle_bench(bench);
@@ -407,7 +393,7 @@ static int cli(int argc, char **argv)
         /* The service checks its tools file once, with an empty query, before it starts. */
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
-        if (n < 0) return fail(2, "%s: %s", tools, err);
+        if (n < 0) return hal_fail(2, "%s: %s", tools, err);
         if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
     }
     if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);

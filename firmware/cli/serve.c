@@ -58,20 +58,6 @@ static int32_t im_end_id = -1;                 /* <|im_end|>, or -1 when the tok
 /* The session: the engine's state plus the token chosen last and not yet fed. */
 static int32_t pending = -1;
 
-static int fail(int code, const char *fmt, ...)
-{
-    char out[512];
-    static const char prefix[] = "needle: error: ";
-    memcpy(out, prefix, sizeof prefix - 1);
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = sizeof prefix - 1 + hal_vformat(out + sizeof prefix - 1, sizeof out - sizeof prefix, fmt, ap);
-    va_end(ap);
-    out[n++] = '\n';
-    hal_err(out, n);
-    return code;
-}
-
 static double now_ms(void)
 {
     struct timespec ts;
@@ -788,27 +774,27 @@ static int serve_socket(const char *path)
     memset(&addr, 0, sizeof addr);
     addr.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof addr.sun_path)
-        return fail(2, "--socket %s: the path is longer than %zu bytes (choose a shorter one, e.g. "
+        return hal_fail(2, "--socket %s: the path is longer than %zu bytes (choose a shorter one, e.g. "
                        "/var/run/needle.sock)", path, sizeof addr.sun_path - 1);
     memcpy(addr.sun_path, path, strlen(path) + 1);
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
-            return fail(1, "%s exists and is not a socket: remove it or pass another --socket PATH", path);
+            return hal_fail(1, "%s exists and is not a socket: remove it or pass another --socket PATH", path);
         /* a running service accepts the connection; a stale socket file refuses it */
         int probe = socket(AF_UNIX, SOCK_STREAM, 0);
         int live = probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof addr) == 0;
         if (probe >= 0) close(probe);
-        if (live) return fail(1, "another service is listening on %s: stop it or pass another --socket PATH", path);
+        if (live) return hal_fail(1, "another service is listening on %s: stop it or pass another --socket PATH", path);
         if (unlink(path) && errno != ENOENT)
-            return fail(1, "cannot remove the stale socket %s: %s", path, strerror(errno));
+            return hal_fail(1, "cannot remove the stale socket %s: %s", path, strerror(errno));
     }
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0) return fail(1, "cannot create a socket: %s", strerror(errno));
+    if (fd < 0) return hal_fail(1, "cannot create a socket: %s", strerror(errno));
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, 8)) {
         int e = errno;
         close(fd);
-        return fail(1, "cannot listen on %s: %s", path, strerror(e));
+        return hal_fail(1, "cannot listen on %s: %s", path, strerror(e));
     }
     for (;;) {
         int c = accept(fd, NULL, NULL);
@@ -816,7 +802,7 @@ static int serve_socket(const char *path)
             if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
             int e = errno;
             close(fd);
-            return fail(1, "cannot accept a connection on %s: %s", path, strerror(e));
+            return hal_fail(1, "cannot accept a connection on %s: %s", path, strerror(e));
         }
         int err = 0;
         session(c, c, &err);   /* a client that went away only ends its own session */
@@ -842,9 +828,9 @@ int needle_serve(const char *socket_path, const char *tools_json, size_t tools_l
     int err = 0;
     switch (session(0, 1, &err)) {
     case SESSION_WRITE:
-        return fail(1, "cannot write standard output: %s (check where it is redirected)", strerror(err));
+        return hal_fail(1, "cannot write standard output: %s (check where it is redirected)", strerror(err));
     case SESSION_READ:
-        return fail(1, "cannot read standard input: %s", strerror(err));
+        return hal_fail(1, "cannot read standard input: %s", strerror(err));
     default:
         return 0;
     }

@@ -74,3 +74,17 @@ void hal_printf(const char *fmt, ...)
     va_end(ap);
     hal_out(line, n);
 }
+
+int hal_fail(int code, const char *fmt, ...)
+{
+    char line[512];
+    static const char prefix[] = "needle: error: ";
+    memcpy(line, prefix, sizeof prefix - 1);
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = sizeof prefix - 1 + hal_vformat(line + sizeof prefix - 1, sizeof line - sizeof prefix, fmt, ap);
+    va_end(ap);
+    line[n++] = '\n';
+    hal_err(line, n);
+    return code;
+}

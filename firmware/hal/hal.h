@@ -32,4 +32,8 @@ const char *hal_reason(void);                            /* why the last call fa
 size_t hal_vformat(char *buf, size_t cap, const char *fmt, va_list ap);
 void hal_printf(const char *fmt, ...);
 
+/* One error line, "needle: error: <fmt...>\n", on standard error; returns `code` (the exit
+ * status the caller passes on). */
+int hal_fail(int code, const char *fmt, ...);
+
 #endif
