@@ -3,7 +3,8 @@
 After every link: a memory report (flash = code + rodata + `.cact`, RAM = data + bss with the
 engine state and its KV cache called out, worst stack depth from GCC's call-graph info), the
 `.cact` section's bytes hashed against the archive, no reference to malloc/calloc/realloc/free,
-and the board's budgets.  Any violation raises CactError with the numbers and the remedy.
+the board's budgets, and (bare metal) the bytes each memory region's image holds.  Any violation
+raises CactError with the numbers and the remedy.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from generator.build import images
 from generator.errors import CactError
 
 HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign")
@@ -36,6 +38,7 @@ class Report:
     partition: bool = False        # the archive is a separately flashed image
     archive_file: int = 0          # placement file: bytes of the archive mapped at start
     flash_label: str = "flash"     # "package" where the board states package_flash_bytes
+    loads: list = field(default_factory=list)    # bare metal: (region, load address, bytes) per image
 
     @property
     def flash_total(self) -> int:
@@ -72,6 +75,8 @@ class Report:
             out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
         if self.stack_path:
             out.append(f"        worst stack path: {' > '.join(self.stack_path)}")
+        for region, address, size in self.loads:
+            out.append(f"  image {region:<8} at 0x{address:08X}: {size:,} bytes")
         return out
 
 
@@ -239,6 +244,8 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
                     rep.flash[sec.name + " (load image)"] = sec["sh_size"]
             else:
                 rep.flash[sec.name] = sec["sh_size"]
+        if board["os"] == "none":     # what is flashed where (generator.build.images)
+            rep.loads = [(r["name"], addr, len(data)) for r, addr, data in images.load_regions(elf, board)]
         heap = sorted({s.name.split("@")[0] for s in _symbols(elf) if s.name.split("@")[0] in HEAP_FUNCTIONS})
         if heap and not objects:
             raise CactError(f"the image references {', '.join(heap)}: needle-fw engines must not "

@@ -16,6 +16,9 @@ NUMERICS = ["-O2", "-ffp-contract=off"]          # docs/numerics.md §1: no fuse
 # templates/kernels/x86.c.j2 stops with #error when __AVX2__ is not defined.
 FAMILY_FLAGS = {"x86": ["-mavx2"]}
 
+# debug=1: debug information only; the code is the same as without it (NUMERICS unchanged).
+DEBUG = ["-g"]
+
 # GCC only: per-function stack use and the call graph generator.build.elfcheck reads.
 STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
 

@@ -5,6 +5,8 @@
   runs (SIGNATURE_SOURCES), the board file (and those it inherits from) and the engine
   options, so a change to any of them regenerates and nothing else does.
 * ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
+* ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
+  flashable images, one per loadable region, and their manifest (generator.build.images).
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report; on failure the image is deleted so no bad firmware is left.
 
@@ -20,7 +22,7 @@ import SCons.Action
 import SCons.Builder
 from SCons.Script import Dir, File, Glob
 
-from generator.build import boards, elfcheck
+from generator.build import boards, elfcheck, images
 from generator.codegen import pipeline
 from generator.errors import CactError
 
@@ -117,6 +119,34 @@ def _ipk_str(target, source, env):
     return f"package {target[0].path} <- {source[0].path}"
 
 
+def _images_emitter(target, source, env):
+    out_dir = Dir(os.path.dirname(str(target[0])))
+    return [out_dir.File(images.MANIFEST)] + [out_dir.File(n) for n in images.expected_images(_board(env))], source
+
+
+def _images_action(target, source, env):
+    out_dir = os.path.dirname(target[0].abspath)
+    stale = os.path.join(out_dir, "needle.bin")    # the gap-filled image of older builds
+    if os.path.exists(stale):
+        os.unlink(stale)
+    try:
+        entries = images.split_images(source[0].abspath, _board(env), out_dir,
+                                      source[1].abspath if len(source) > 1 else None)
+    except CactError as exc:
+        print(f"scons: error: images of {source[0].path}: {exc}", file=sys.stderr)
+        return 2
+    unexpected = sorted({e["file"] for e in entries} - {t.name for t in target} - {s.name for s in source})
+    if unexpected:
+        print(f"scons: error: images of {source[0].path}: {', '.join(unexpected)} not expected for board "
+              f"{env['NEEDLE_BOARD']} (generator.build.images.expected_images)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _images_str(target, source, env):
+    return f"images {target[0].path} <- {source[0].path}"
+
+
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
@@ -126,6 +156,9 @@ def generate(env):
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
                                    varlist=["NEEDLE_BOARD", "libc"]))
+    env["BUILDERS"]["NeedleImages"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_images_action, _images_str, varlist=["NEEDLE_BOARD", "libc"]),
+        emitter=_images_emitter)
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
 

@@ -1,0 +1,78 @@
+"""The bare-metal command line (semihosting SYS_GET_CMDLINE, firmware/hal/semihost): at most
+32 words (the program name included) in at most 8191 bytes; more is a one-line usage error
+with exit status 2, never a silently cut line or the demo.
+
+Under QEMU the line the firmware reads is `<kernel path> <-append words>` (QEMU puts the
+-kernel path first as the program name and joins the -append words with single spaces), and
+QEMU refuses the call when the line and its terminating zero do not fit the buffer the
+firmware offers: the tests count that path in."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.build import boards
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
+TOO_MANY = "the command line has more than 32 words"
+TOO_LONG = "the command line is longer than 8191 bytes"
+
+
+@pytest.fixture(scope="module")
+def m4(tmp_path_factory):
+    board = boards.load("watch-m4")
+    if boards.missing_tools(board, run=True):
+        pytest.skip(boards.missing_tools(board, run=True))
+    build = tmp_path_factory.mktemp("semihost")
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j4", "board=watch-m4", f"archive={ARCHIVE}",
+                           f"build={build}"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    return board, build / "needle.elf"
+
+
+def run(m4, args: list[str]) -> subprocess.CompletedProcess:
+    board, elf = m4
+    return subprocess.run(boards.run_command(board, str(elf), args), capture_output=True, text=True,
+                          timeout=600, cwd=elf.parent)
+
+
+def assert_usage_error(proc, text):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and text in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_33_words_are_an_error(m4):
+    # program name + 32 arguments: before, the words after the 32nd were dropped unseen
+    assert_usage_error(run(m4, ["--info"] + ["x"] * 31), TOO_MANY)
+    assert_usage_error(run(m4, ["--prompt", "hi"] + ["x"] * 29 + ["--info"]), TOO_MANY)
+
+
+def test_32_words_reach_the_cli(m4):
+    # program name + 31 arguments: the CLI itself reads them (and refuses the unknown one)
+    proc = run(m4, ["--info"] + ["x"] * 30)
+    assert_usage_error(proc, 'unknown option "x"')
+    assert TOO_MANY not in proc.stderr
+    # a quoted argument is one word however many spaces it holds
+    proc = run(m4, ["--prompt", "a b c d e f g h i j k l m n o p q r s t u v w x y z"] + ["x"] * 29)
+    assert_usage_error(proc, 'unknown option "x"')
+
+
+def test_a_long_argument_is_an_error_not_the_demo(m4):
+    # before: SYS_GET_CMDLINE failed, the firmware ran its demo prompt and exited 0
+    assert_usage_error(run(m4, ["--prompt", "a" * 9000]), TOO_LONG)
+
+
+def test_the_length_limit_is_the_firmwares(m4):
+    """QEMU hands over a line of exactly 8191 bytes; one byte more is the firmware's error."""
+    _, elf = m4
+    room = 8191 - len(f"{elf} --info ")
+    at_limit = run(m4, ["--info", "a" * room])
+    assert_usage_error(at_limit, 'unknown option "' + "a" * 40)    # the CLI saw the whole line
+    assert TOO_LONG not in at_limit.stderr
+    assert_usage_error(run(m4, ["--info", "a" * (room + 1)]), TOO_LONG)
