@@ -1,5 +1,6 @@
 /* The hardware seam of the CLI: console, files, exit.  Each target provides one
- * implementation (hal/linux: stdio; hal/semihost: Arm semihosting under a debugger or QEMU).
+ * implementation (hal/linux: stdio; hal/semihost: Arm semihosting under a debugger or QEMU;
+ * hal/uart: a CMSDK UART, no file system), plus, bare metal, hal_main() and hal_exit().
  * The CLI itself (cli/main.c) uses nothing else, so it is the same program on every board. */
 #ifndef NEEDLE_HAL_H
 #define NEEDLE_HAL_H

@@ -11,7 +11,10 @@ glibc or newlib; `zig` is `zig cc -target <zig_target>` from the `ziglang` Pytho
 which carries musl for every Linux target: the OpenWrt routers need static musl soft-float
 (MIPS) binaries that no Debian package builds.  A gnu Linux board may offer the musl build
 as well (`[musl]`: zig_target and arch_flags; `scons libc=musl`).  OpenWrt boards name their
-package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A board may start from another (`inherits = "watch-m4"`): tables are merged key
+package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A bare-metal board's
+console is `semihost` (the default: console, host files, command line and exit status through
+a debugger or QEMU) or `uart` (a CMSDK UART at `[uart] base`, clocked at `clock_hz`; no file
+system; `semihost_exit = true` only for QEMU, to get an exit status).  A board may start from another (`inherits = "watch-m4"`): tables are merged key
 by key, anything else (lists included) is replaced; `name` and `description` are never
 inherited.  Adding a board is adding one file; the tables below are the whole contract and
 any other key is an error.
@@ -40,6 +43,7 @@ TOP_KEYS = {
     "package": (dict, False),
     "stack_bytes": (int, False), "max_text": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
+    "console": (str, False), "uart": (dict, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -48,11 +52,13 @@ TABLE_KEYS = {
     "emulator": {"command": (list, True), "package": (str, True), "systick_hz": (int, False)},
     "musl": {"zig_target": (str, True), "arch_flags": (list, True)},
     "package": {"openwrt_arch": (str, True)},
+    "uart": {"base": (int, True), "clock_hz": (int, True), "semihost_exit": (bool, False)},
 }
 TOOLCHAINS = ("gnu", "zig")
 PLACEMENTS = {"none": ("linked", "partition"), "linux": ("linked", "file")}
 REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
+CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firmware/hal/<console>/)
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
 
@@ -237,6 +243,18 @@ def load(name: str) -> dict:
     else:
         if "stack_bytes" in data or "regions" in data["memory"]:
             bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+    data.setdefault("console", "semihost")
+    if data["console"] not in CONSOLES:
+        bad(f"console must be {' or '.join(CONSOLES)}")
+    if data["console"] == "uart":
+        if data["os"] != "none":
+            bad("console = \"uart\" is for bare-metal boards (os = none)")
+        if "uart" not in data:
+            bad("console = \"uart\" needs a [uart] table (base, clock_hz)")
+        if data["uart"]["base"] <= 0 or data["uart"]["clock_hz"] < 16 * 115200:
+            bad("uart.base must be the UART's address and uart.clock_hz its clock (at least 1843200 Hz for 115200 baud)")
+    elif "uart" in data:
+        bad("[uart] goes with console = \"uart\"")
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
 
@@ -311,8 +329,38 @@ def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str |
     return None
 
 
+def has_host_files(board: dict) -> bool:
+    """Whether the firmware reaches the host's files (--tools, --logits ...): Linux, or a
+    bare-metal board on the semihosting console.  A UART board has no file system."""
+    return board["os"] == "linux" or board.get("console", "semihost") == "semihost"
+
+
+def hal_sources(board: dict) -> list[str]:
+    """The HAL behind hal.h for a bare-metal board (paths under firmware/)."""
+    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"]
+
+
+def hal_defines(board: dict) -> list[str]:
+    """Compiler flags the board's HAL needs: a UART console's address and clock, and (QEMU
+    boards only) NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting."""
+    if board.get("console") != "uart":
+        return []
+    u = board["uart"]
+    return [f"-DNEEDLE_UART_BASE=0x{u['base']:x}u", f"-DNEEDLE_UART_CLOCK_HZ={u['clock_hz']}u",
+            f"-DNEEDLE_UART_SEMIHOST_EXIT={int(u.get('semihost_exit', False))}"]
+
+
+def stdin_line(board: dict, args: list[str]) -> str | None:
+    """What a UART board reads as its command line (send it on the emulator's standard
+    input, `-serial stdio`); None for the other boards (their arguments are in run_command)."""
+    if board.get("console") != "uart":
+        return None
+    return " ".join(_quote(a) for a in args) + "\n"
+
+
 def run_command(board: dict, binary: str, args: list[str], archive_image: str | None = None) -> list[str]:
-    """The command that runs `binary args...` on the board (natively or under its emulator)."""
+    """The command that runs `binary args...` on the board (natively or under its emulator).
+    A UART board takes its arguments on standard input instead (stdin_line): here, none."""
     emu = list(board["emulator"]["command"])
     if board["os"] == "linux":
         if board["archive"]["placement"] == "file":
@@ -320,7 +368,17 @@ def run_command(board: dict, binary: str, args: list[str], archive_image: str | 
                 raise CactError(f"board {board['name']} reads the archive from a file: give its path")
             return emu + [binary, "--archive", archive_image] + list(args)
         return emu + [binary] + list(args)
-    cmd = emu + ["-kernel", binary, "-append", " ".join(_quote(a) for a in args)]
+    if board.get("console") == "uart":
+        if args:
+            raise CactError(f"board {board['name']} reads its command line on the UART: send "
+                            "stdin_line(board, args) on standard input, run_command(..., [])")
+        # UART0 on the emulator's stdin/stdout (not mon:stdio: no monitor escapes in the bytes)
+        while "-serial" in emu:
+            at = emu.index("-serial")
+            del emu[at:at + 2]
+        cmd = emu + ["-serial", "stdio", "-kernel", binary]
+    else:
+        cmd = emu + ["-kernel", binary, "-append", " ".join(_quote(a) for a in args)]
     if board["archive"]["placement"] == "partition":
         if not archive_image:
             raise CactError(f"board {board['name']} keeps the archive in a partition: give its image")

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cmdline.h"
 #include "hal.h"
 
 enum {
@@ -115,52 +116,34 @@ void hal_exit(int code)
     for (;;) (void)semihost(SYS_EXIT_EXTENDED, args);
 }
 
-/* Split the host command line like a shell would for plain words and "double quotes"
- * (backslash escapes \" and \\ inside quotes). */
+/* The host command line, split by hal/cmdline.c (plain words, "double quotes", backslash
+ * escapes \" and \\ inside quotes).  At most ARGS_MAX words (the program name
+ * included) in at most CMDLINE_MAX - 1 bytes; more is a usage error, never a cut. */
 #define CMDLINE_MAX 8192
-#define ARGS_MAX 32
+#define ARGS_MAX CMDLINE_ARGS_MAX   /* the splitter: hal/cmdline.c */
 static char cmdline[CMDLINE_MAX];
 static char *argv_buf[ARGS_MAX + 1];
+_Static_assert(CMDLINE_MAX == 8192 && ARGS_MAX == 32, "the usage errors below state these limits");
 
-static int split(char *s, char **argv)
+static void usage_error(const char *line) __attribute__((noreturn));
+static void usage_error(const char *line)
 {
-    int argc = 0;
-    char *out = s;
-    while (*s) {
-        while (*s == ' ') s++;
-        if (!*s || argc == ARGS_MAX) break;
-        argv[argc++] = out;
-        int quoted = 0;
-        for (; *s && (quoted || *s != ' '); s++) {
-            if (*s == '"') { quoted = !quoted; continue; }
-            if (quoted && *s == '\\' && (s[1] == '"' || s[1] == '\\')) s++;
-            *out++ = *s;
-        }
-        if (*s) s++;
-        *out++ = 0;
-    }
-    argv[argc] = 0;
-    return argc;
+    hal_err(line, strlen(line));
+    hal_exit(2);
 }
-
-/* Without a command line, the firmware runs its demo prompt. */
-static char demo_name[] = "needle", demo_flag[] = "--prompt", demo_max[] = "--max-new", demo_n[] = "24";
-static char demo_text[] = "<|im_start|>user\nWhat is the weather in Lagos?<|im_end|>\n<|im_start|>assistant\n";
 
 void hal_main(void) __attribute__((noreturn));
 void hal_main(void)
 {
     console_out = open_file(":tt", OPEN_W);
     console_err = open_file(":tt", OPEN_A);
-    uint32_t args[2] = { (uint32_t)(uintptr_t)cmdline, CMDLINE_MAX - 1 };
-    int argc = 0;
-    if (semihost(SYS_GET_CMDLINE, args) == 0) {
-        cmdline[args[1] < CMDLINE_MAX ? args[1] : CMDLINE_MAX - 1] = 0;
-        argc = split(cmdline, argv_buf);
-    }
-    if (argc <= 1) {
-        static char *demo[] = { demo_name, demo_flag, demo_text, demo_max, demo_n, 0 };
-        hal_exit(needle_cli(5, demo));
-    }
+    /* The host writes the line and its terminating zero, or fails when they do not fit. */
+    uint32_t args[2] = { (uint32_t)(uintptr_t)cmdline, CMDLINE_MAX };
+    if (semihost(SYS_GET_CMDLINE, args) != 0 || args[1] >= CMDLINE_MAX)
+        usage_error("needle: error: the command line is longer than 8191 bytes (the firmware's "
+                    "semihosting buffer): pass shorter arguments\n");
+    cmdline[args[1]] = 0;
+    int argc = cmdline_split(cmdline, argv_buf, 0);
+    if (argc <= 1) hal_exit(cmdline_demo());    /* no command line: the demo prompt */
     hal_exit(needle_cli(argc, argv_buf));
 }
