@@ -68,3 +68,14 @@ def needle2_base_bytes() -> bytes:
 def edit():
     """The archive_edit module: patch_header, patch_record, patch_bytes, rebuild, ..."""
     return archive_edit
+
+
+@pytest.fixture
+def board_dir(tmp_path, monkeypatch):
+    """A copy of boards/ the board loader reads instead (so test boards never reach board=all)."""
+    import shutil
+    from generator.build import boards
+    d = tmp_path / "boards"
+    shutil.copytree(ROOT / "boards", d)
+    monkeypatch.setattr(boards, "BOARDS_DIR", d)
+    return d

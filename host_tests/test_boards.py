@@ -16,6 +16,7 @@ import pytest
 from generator.build import boards, flags
 from generator.commands import golden
 from generator.errors import CactError
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -24,14 +25,6 @@ GOLDEN = ROOT / "host_tests" / "golden"
 BOARDS = [b for b in boards.names() if b != "host" and boards.has_host_files(boards.load(b))]
 ARCHIVES = ["tiny", "small", "tiny-wrap-kv4", "n3-tiny", "n3-small", "n3-rung"]
 TOL = 1e-3
-
-
-def scons(*args, check=True, env=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800, env=env)
-    if check and proc.returncode:
-        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="session")
@@ -173,15 +166,6 @@ def test_every_board_file_is_valid():
 
 
 # ---- board files: schema, inheritance, and emit loading a board like SCons does ---------
-
-@pytest.fixture
-def board_dir(tmp_path, monkeypatch):
-    """A copy of boards/ the loader reads instead (so test boards never reach board=all)."""
-    d = tmp_path / "boards"
-    shutil.copytree(ROOT / "boards", d)
-    monkeypatch.setattr(boards, "BOARDS_DIR", d)
-    return d
-
 
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace('os = "none"', 'os = "none"\ncpu = "cortex-m4"'), "unknown key 'cpu'"),

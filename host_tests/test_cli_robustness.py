@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 DEV_FULL = Path("/dev/full")
-
-
-def scons(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, f"scons {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
 
 
 @pytest.fixture(scope="module")

@@ -7,23 +7,16 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator.build import boards, flags
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
-
-
-def scons(*args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j4", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    return proc
 
 
 def has_debug_info(path: Path) -> bool:
@@ -83,3 +76,58 @@ def test_every_build_writes_a_compilation_database(tmp_path, name):
     # only this build's objects: every entry's output is under its obj/ directory
     assert all(Path(ROOT, e["output"]).resolve().parent == (build / "obj").resolve() for e in entries)
     assert {Path(e["file"]).name for e in entries} >= {"needle_model.c", "main.c", "format.c"}
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("board_name", ["watch-m4", "router-mt7621"])
+def test_gdb_starts_the_emulator_with_its_stub_and_prints_the_attach_command(board_name, tmp_path):
+    """`scons gdb=1`: qemu-system (-gdb tcp::PORT -S) or qemu-user (-g PORT) waits for gdb."""
+    import socket
+    import sys
+    import time
+    why = boards.missing_tools(boards.load(board_name), run=True)
+    if why:
+        pytest.skip(why)
+    port = _free_port()
+    build = tmp_path / "b"
+    scons(f"board={board_name}", f"archive={ARCHIVE}", f"build={build}")      # build first, not under the clock
+    proc = subprocess.Popen([sys.executable, "-m", "SCons", "-Q", f"board={board_name}", f"archive={ARCHIVE}",
+                             f"build={build}", "gdb=1", f"gdb_port={port}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        binary = build / ("needle.elf" if board_name.startswith("watch") else "needle")
+        want = f"attach with: gdb-multiarch {binary} -ex 'target remote localhost:{port}'"
+        seen = []
+        for line in proc.stdout:
+            seen.append(line.rstrip())
+            if line.startswith("attach with"):
+                break
+        assert want in seen, seen[-5:]
+        deadline = time.monotonic() + 60
+        while True:                       # the stub listens while the core waits for gdb
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the gdb stub never listened"
+                time.sleep(0.2)
+        assert proc.poll() is None        # still waiting: the core is halted
+    finally:
+        import os
+        import signal
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_gdb_refusals_are_one_line(tmp_path):
+    proc = scons("board=all", "gdb=1", f"build={tmp_path / 'a'}", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == "scons: error: gdb=1 debugs one board: pass board=NAME"
+    proc = scons("board=host", f"archive={ARCHIVE}", "gdb=1", f"build={tmp_path / 'h'}", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("scons: error: board host runs natively: debug it with gdb --args ")

@@ -15,20 +15,13 @@ from generator.build import boards
 from generator.build import elfcheck
 from generator.commands import golden
 from generator.errors import CactError
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 NAMES = sorted(golden.RECIPES)            # Needle 2 goldens
 N3_NAMES = sorted(golden.N3_RECIPES)       # Needle 3 goldens
 TOL = 1e-3   # issue bar: per position max |Δlogit| <= TOL * max |logit|
-
-
-def scons(*args, cwd=ROOT, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=1200)
-    if check and proc.returncode:
-        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def build(archive: Path, build_dir: Path, *extra: str) -> Path:

@@ -7,25 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator.build import boards
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"   # the demo's preset (tiny, seed 1)
 WATCHES = [b for b in boards.names() if boards.load(b)["os"] == "none"]
-
-
-def scons(*args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j4", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")

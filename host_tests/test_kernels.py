@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from bench import host as bench
 from generator.build import boards, flags
 from generator.commands import golden
 from generator.commands import synth
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -45,13 +45,6 @@ def unavailable(family: str, board_name: str) -> str | None:
     if family == "x86" and boards.kernel_family(board) != "x86":
         return "the x86 family needs an x86-64 build machine with AVX2"
     return boards.missing_tools(board, run=True)
-
-
-def scons(*args) -> None:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
-    if proc.returncode:
-        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
 
 
 def run_on(board: dict, binary: Path, args: list, cwd: Path, env=None,

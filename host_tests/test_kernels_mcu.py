@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import mcu as bench_mcu
 from generator.build import boards
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -79,13 +79,6 @@ def test_family_is_the_fast_path(drivers, board, family):
     assert by_kind["cq2"]["macs_per_instruction"] >= floor
     assert by_kind["ternary"]["macs_per_instruction"] >= floor
     assert res["quantize"]["instructions"] < res["quantize"]["instructions_scalar"]
-
-
-def scons(*args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr}"
-    return proc
 
 
 KEYS = {"instructions_per_token": int, "instructions_per_token_scalar": int,

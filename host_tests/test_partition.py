@@ -5,7 +5,6 @@ and swapped partitions are refused with exit 3 and one line."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from generator.archive import reader
 from generator.build import boards
 from host_tests import archive_edit
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -25,9 +25,7 @@ def m7(tmp_path_factory):
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("m7")
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "board=watch-m7", f"archive={TINY}",
-                           f"build={out}"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr
+    scons("board=watch-m7", f"archive={TINY}", f"build={out}")
     return board, out / "needle.elf"
 
 

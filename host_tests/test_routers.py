@@ -5,7 +5,6 @@ musl build.  The routers' golden logits under their FPU-less cores are test_boar
 
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
 import sys
@@ -21,19 +20,12 @@ from generator.build import boards, elfcheck
 from generator.commands import golden
 from generator.errors import CactError
 from host_tests import archive_edit
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 TINY = GOLDEN / "tiny" / "archive.cact"
 ROUTERS = ["router-mt7621", "router-ath79", "router-ipq40xx"]
-
-
-def scons(*args, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
-    if check and proc.returncode:
-        raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -197,14 +189,6 @@ def test_package_flash_budget_is_checked(router_builds):
 
 
 # ---- board files and options -------------------------------------------------------------
-
-@pytest.fixture
-def board_dir(tmp_path, monkeypatch):
-    d = tmp_path / "boards"
-    shutil.copytree(ROOT / "boards", d)
-    monkeypatch.setattr(boards, "BOARDS_DIR", d)
-    return d
-
 
 @pytest.mark.parametrize("board, edit, message", [
     ("router-mt7621", lambda t: t.replace('toolchain = "zig"', 'toolchain = "zig"\ntoolchain_prefix = "mipsel-"'),

@@ -10,12 +10,12 @@ firmware offers: the tests count that path in."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from generator.build import boards
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -29,9 +29,7 @@ def m4(tmp_path_factory):
     if boards.missing_tools(board, run=True):
         pytest.skip(boards.missing_tools(board, run=True))
     build = tmp_path_factory.mktemp("semihost")
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j4", "board=watch-m4", f"archive={ARCHIVE}",
-                           f"build={build}"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    scons("board=watch-m4", f"archive={ARCHIVE}", f"build={build}")
     return board, build / "needle.elf"
 
 

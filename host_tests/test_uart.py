@@ -11,13 +11,13 @@ and a UART board has no file system.  And the semihosting boards still behave as
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from generator.build import boards, flags
 from generator.codegen import pipeline, render
+from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -26,10 +26,7 @@ TOO_LONG = ("needle: error: the command line is longer than 4096 bytes (the firm
 
 
 def scons_build(board_name: str, build: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j4", f"board={board_name}",
-                           f"archive={ARCHIVE}", f"build={build}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    scons(f"board={board_name}", f"archive={ARCHIVE}", f"build={build}")
 
 
 @pytest.fixture(scope="module")

@@ -386,6 +386,21 @@ def run_command(board: dict, binary: str, args: list[str], archive_image: str | 
     return cmd
 
 
+def gdb_commands(board: dict, binary: str, args: list[str], archive_image: str | None = None,
+                 port: int = 1234) -> tuple[list[str] | None, list[str]]:
+    """(the emulator command with its gdb stub listening on `port` and the core halted before
+    the first instruction, the gdb command that attaches to it).  The host board has no
+    emulator: (None, gdb --args ...)."""
+    if not board["emulator"]["command"]:
+        return None, ["gdb", "--args", binary, *args]
+    cmd = run_command(board, binary, args, archive_image)
+    if board["os"] == "linux":       # qemu-user: -g PORT waits for gdb before the first instruction
+        emu = [cmd[0], "-g", str(port), *cmd[1:]]
+    else:                            # qemu-system: the stub on PORT, CPU stopped at reset (-S)
+        emu = [cmd[0], "-gdb", f"tcp::{port}", "-S", *cmd[1:]]
+    return emu, ["gdb-multiarch", binary, "-ex", f"target remote localhost:{port}"]
+
+
 def _quote(arg: str) -> str:
     """Quote one argument for the bare-metal HAL's command-line splitter."""
     if arg and not any(c in arg for c in ' "\\'):
