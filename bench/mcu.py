@@ -205,12 +205,12 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
         "bench_rows": BENCH_SHAPE[0], "bench_groups": BENCH_SHAPE[1]}))
     cc = boards.compiler(board)
     fw = ROOT / "firmware"
-    sources = [out_dir / "driver.c", fw / "baremetal" / "startup.c", fw / "hal" / "semihost" / "hal_semihost.c",
-               fw / "hal" / "format.c"]
+    sources = [out_dir / "driver.c", fw / "baremetal" / "startup.c", fw / "hal" / "format.c",
+               *(fw / src for src in boards.hal_sources(board))]
     if (gen / "needle_archive.S").exists():
         sources.append(gen / "needle_archive.S")
     elf = out_dir / "driver.elf"
-    cmd = ([cc] + flags.compile_flags(board, family)
+    cmd = ([cc] + flags.compile_flags(board, family) + boards.hal_defines(board)
            + ["-Wno-unused-function", f"-I{gen}", f"-I{fw / 'hal'}", f"-I{fw / 'cli'}"]
            + [str(s) for s in sources]
            + flags.link_flags(board, str(gen / "link.ld")) + ["-o", str(elf), "-lm"])

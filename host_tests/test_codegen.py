@@ -129,4 +129,7 @@ def test_codegen_does_not_import_the_build_layer():
 def test_outputs_follow_the_board_os():
     board = {"os": "none", "archive": {"placement": "partition"}}
     assert "link.ld" in pipeline.outputs(board) and "needle_archive.S" not in pipeline.outputs(board)
-    assert pipeline.outputs({"os": "linux"}) == list(pipeline.ENGINE_FILES)
+    linked = [n for n in pipeline.ENGINE_FILES if n != "needle_archive_file.c"]
+    assert pipeline.outputs({"os": "linux"}) == linked
+    # placement file: the archive file's mapping and check, and the absolute needle_cact symbol
+    assert pipeline.outputs({"os": "linux", "archive": {"placement": "file"}}) == linked + ["needle_archive_file.c"]

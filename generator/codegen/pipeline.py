@@ -31,7 +31,7 @@ ENGINE_FILES = {
 def outputs(board: dict | None = None) -> list[str]:
     """Files generate() writes for this board."""
     names = [n for n in ENGINE_FILES if n != "needle_archive_file.c"]
-    placement = board["archive"]["placement"] if board else "linked"
+    placement = board.get("archive", {}).get("placement", "linked") if board else "linked"
     if board and board["os"] == "none":
         names.append("link.ld")
     if placement == "partition":        # the archive is flashed on its own
