@@ -1,5 +1,5 @@
-/* Cortex-M start-up: vector table, reset handler (copy .data, zero .bss, enable the FPU and
- * MVE), a fault handler that dumps the stacked registers and the fault status registers on
+/* Cortex-M start-up: vector table, reset handler (the BSP's hal_board_init, copy .data, zero
+ * .bss, enable the FPU and MVE), the boot block a board's ROM may want, a fault handler that dumps the stacked registers and the fault status registers on
  * the console (whichever HAL: semihosting or UART) and exits with status 4. */
 #include <stdarg.h>
 #include <stdint.h>
@@ -13,9 +13,18 @@ extern uint32_t __stack_top[];
 void hal_main(void) __attribute__((noreturn));
 void hal_exit(int code) __attribute__((noreturn));
 
+/* The BSP's hook, called first thing on reset, before .data and .bss are touched: the place
+ * to bring up clocks and the external RAM that holds .data/.bss (SDRAM controller, PSRAM
+ * chip select, memory-mapped QSPI, MPU attributes).  It runs on the stack of the vector
+ * table (keep that stack in RAM that works out of reset: a "stack" region in the board
+ * file) and must not rely on initialised or zeroed globals.  Default: nothing (QEMU). */
+void hal_board_init(void);
+__attribute__((weak)) void hal_board_init(void) {}
+
 void Reset_Handler(void) __attribute__((noreturn));
 void Reset_Handler(void)
 {
+    hal_board_init();
     memcpy(__data_start, __data_load, (size_t)((uint8_t *)__data_end - (uint8_t *)__data_start));
     memset(__bss_start, 0, (size_t)((uint8_t *)__bss_end - (uint8_t *)__bss_start));
 #if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
@@ -76,6 +85,31 @@ __attribute__((naked)) void Fault_Handler(void)
         "mrs r1, ipsr\n\t"
         "b fault_dump\n\t");
 }
+
+#if NEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF
+/* RP2350 boot ROM: an image in flash is only entered if a block loop starting in its first
+ * 4 KiB holds an IMAGE_DEF (RP2350 datasheet, "Bootrom" > "Concepts" > "Blocks and block
+ * loops" / "Image definitions"; the item encodings of pico-sdk's boot/picobin.h).  This is
+ * the smallest one: a single block that links to itself, with one IMAGE_TYPE item saying
+ * "executable, Arm, Secure, RP2350".  Without a VECTOR_TABLE item the ROM takes the vector
+ * table at the start of the image (0x10000000: .vectors, just before this block). */
+#define PICOBIN_MARKER_START 0xFFFFDED3u   /* block start marker */
+#define PICOBIN_MARKER_END   0xAB123579u   /* block end marker */
+#define PICOBIN_ITEM_IMAGE_TYPE 0x42u      /* 1-byte-size item, size 1 word */
+#define PICOBIN_ITEM_LAST       0xFFu      /* 2-byte-size item: total words of the items before it */
+#define IMAGE_TYPE_EXE          0x0001u    /* bits 3:0  image type: executable */
+#define IMAGE_TYPE_SECURE       0x0020u    /* bits 5:4  security: Secure (2) */
+#define IMAGE_TYPE_CPU_ARM      0x0000u    /* bits 10:8 CPU: Arm (0) */
+#define IMAGE_TYPE_CHIP_RP2350  0x1000u    /* bits 14:12 chip: RP2350 (1) */
+__attribute__((section(".boot_block"), used)) const uint32_t rp2350_image_def[5] = {
+    PICOBIN_MARKER_START,
+    PICOBIN_ITEM_IMAGE_TYPE | (1u << 8) |
+        ((IMAGE_TYPE_EXE | IMAGE_TYPE_SECURE | IMAGE_TYPE_CPU_ARM | IMAGE_TYPE_CHIP_RP2350) << 16),
+    PICOBIN_ITEM_LAST | (1u << 8),          /* the items before LAST: one word */
+    0,                                      /* offset to the next block of the loop: itself */
+    PICOBIN_MARKER_END,
+};
+#endif
 
 typedef void (*vector)(void);
 __attribute__((section(".vectors"), used)) const vector vector_table[16] = {

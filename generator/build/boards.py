@@ -14,7 +14,13 @@ as well (`[musl]`: zig_target and arch_flags; `scons libc=musl`).  OpenWrt board
 package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A bare-metal board's
 console is `semihost` (the default: console, host files, command line and exit status through
 a debugger or QEMU) or `uart` (a CMSDK UART at `[uart] base`, clocked at `clock_hz`; no file
-system; `semihost_exit = true` only for QEMU, to get an exit status).  A board may start from another (`inherits = "watch-m4"`): tables are merged key
+system; `semihost_exit = true` only for QEMU, to get an exit status).  Real development boards
+have no emulator (`emulator.command = []`: built and checked, never run; running them is
+refused with one line) and a `[flash]` table (`probe`, `pyocd_target`, `openocd` config files,
+`openocd_commands`: generator/build/flash.py); a region of `use = "stack"` gives the stack its
+own (on-chip) RAM, usable before the BSP's hal_board_init() brings up external RAM; and
+`boot_block` names a block the chip's boot ROM needs (startup.c emits it after the vector
+table: "rp2350-image-def").  A board may start from another (`inherits = "watch-m4"`): tables are merged key
 by key, anything else (lists included) is replaced; `name` and `description` are never
 inherited.  Adding a board is adding one file; the tables below are the whole contract and
 any other key is an error.
@@ -43,7 +49,7 @@ TOP_KEYS = {
     "package": (dict, False),
     "stack_bytes": (int, False), "max_text": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
-    "console": (str, False), "uart": (dict, False),
+    "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -53,11 +59,19 @@ TABLE_KEYS = {
     "musl": {"zig_target": (str, True), "arch_flags": (list, True)},
     "package": {"openwrt_arch": (str, True)},
     "uart": {"base": (int, True), "clock_hz": (int, True), "semihost_exit": (bool, False)},
+    "flash": {"probe": (str, True), "pyocd_target": (str, False), "openocd": (list, False),
+              "openocd_commands": (list, False)},
 }
 TOOLCHAINS = ("gnu", "zig")
 PLACEMENTS = {"none": ("linked", "partition"), "linux": ("linked", "file")}
 REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
+OPTIONAL_REGION_USES = ("stack",)       # a stack of its own (internal SRAM, usable before the BSP
+                                        # brings up external RAM); otherwise the stack follows .bss
+PROBES = ("pyocd", "openocd")           # [flash] probe: how `scons flash=1` programs the board
+# boot_block: a block the board's boot ROM needs in the image (startup.c emits it, link.ld
+# places it right after the vector table and checks where it lands)
+BOOT_BLOCKS = {"rp2350-image-def": "-DNEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF=1"}
 CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firmware/hal/<console>/)
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
@@ -231,12 +245,16 @@ def load(name: str) -> dict:
             extra = sorted(set(r) - set(REGION_KEYS))
             if extra:
                 bad(f"unknown key memory.regions.{extra[0]} (region keys: {', '.join(REGION_KEYS)})")
+            uses = REGION_USES + OPTIONAL_REGION_USES
             if not (isinstance(r.get("name"), str) and isinstance(r.get("origin"), int)
-                    and isinstance(r.get("length"), int) and r.get("use") in REGION_USES):
-                bad(f"region {r!r} needs name, origin, length and use ({', '.join(REGION_USES)})")
+                    and isinstance(r.get("length"), int) and r.get("use") in uses):
+                bad(f"region {r!r} needs name, origin, length and use ({', '.join(uses)})")
         for use in REGION_USES:
             if sum(r["use"] == use for r in regions) != 1:
                 bad(f"exactly one region must have use = {use!r}")
+        for use in OPTIONAL_REGION_USES:
+            if sum(r["use"] == use for r in regions) > 1:
+                bad(f"at most one region may have use = {use!r}")
         for key in ("stack_bytes", "max_text"):
             if key not in data or data[key] <= 0:
                 bad(f"{key} must be a positive integer")
@@ -255,8 +273,37 @@ def load(name: str) -> dict:
             bad("uart.base must be the UART's address and uart.clock_hz its clock (at least 1843200 Hz for 115200 baud)")
     elif "uart" in data:
         bad("[uart] goes with console = \"uart\"")
+    if "boot_block" in data and (data["os"] != "none" or data["boot_block"] not in BOOT_BLOCKS):
+        bad(f"boot_block must be one of {', '.join(BOOT_BLOCKS)}, on a bare-metal board (os = none)")
+    if data["emulator"]["command"] and not all(isinstance(c, str) for c in data["emulator"]["command"]):
+        bad("emulator.command must be a list of strings")
+    if not data["emulator"]["command"] and data["os"] == "none" and "flash" not in data:
+        bad("a bare-metal board without an emulator (emulator.command = []) needs a [flash] table")
+    if "flash" in data:
+        fl = data["flash"]
+        if data["os"] != "none":
+            bad("[flash] is for bare-metal boards (os = none)")
+        if fl["probe"] not in PROBES:
+            bad(f"flash.probe must be {' or '.join(PROBES)}")
+        for key in ("openocd", "openocd_commands"):
+            if not all(isinstance(f, str) for f in fl.get(key, [])):
+                bad(f"flash.{key} must be a list of strings")
+        if not fl.get("pyocd_target") and not fl.get("openocd"):
+            bad("[flash] needs pyocd_target or openocd (config files)")
+        if fl["probe"] == "pyocd" and not fl.get("pyocd_target"):
+            bad("flash.probe = \"pyocd\" needs flash.pyocd_target")
+        if fl["probe"] == "openocd" and not fl.get("openocd"):
+            bad("flash.probe = \"openocd\" needs flash.openocd (config files)")
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
+
+
+def no_emulator(board: dict) -> str | None:
+    """The one line refusing to run a bare-metal board that has no emulator, or None."""
+    if board["os"] != "none" or board["emulator"]["command"]:
+        return None
+    return (f"board {board['name']} has no emulator: flash it (scons board={board['name']} flash=1) "
+            "or build only")
 
 
 def engine_options(board: dict, kv_window: int | None = None, kernels: str | None = None,
@@ -323,6 +370,8 @@ def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str |
         if not shutil.which(cc):
             pkg = board["toolchain_package"] if board["toolchain_prefix"] else host_cc
             return f"board {board['name']} needs the compiler {cc}: apt-get install {pkg}"
+    if run and no_emulator(board):
+        return no_emulator(board)
     if run and board["emulator"]["command"] and not shutil.which(board["emulator"]["command"][0]):
         return (f"board {board['name']} runs under {board['emulator']['command'][0]}: "
                 f"apt-get install {board['emulator']['package']}")
@@ -342,12 +391,14 @@ def hal_sources(board: dict) -> list[str]:
 
 def hal_defines(board: dict) -> list[str]:
     """Compiler flags the board's HAL needs: a UART console's address and clock, and (QEMU
-    boards only) NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting."""
+    boards only) NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting; the
+    boot block the board's boot ROM wants (boot_block: startup.c)."""
+    out = [BOOT_BLOCKS[board["boot_block"]]] if "boot_block" in board else []
     if board.get("console") != "uart":
-        return []
+        return out
     u = board["uart"]
-    return [f"-DNEEDLE_UART_BASE=0x{u['base']:x}u", f"-DNEEDLE_UART_CLOCK_HZ={u['clock_hz']}u",
-            f"-DNEEDLE_UART_SEMIHOST_EXIT={int(u.get('semihost_exit', False))}"]
+    return out + [f"-DNEEDLE_UART_BASE=0x{u['base']:x}u", f"-DNEEDLE_UART_CLOCK_HZ={u['clock_hz']}u",
+                  f"-DNEEDLE_UART_SEMIHOST_EXIT={int(u.get('semihost_exit', False))}"]
 
 
 def stdin_line(board: dict, args: list[str]) -> str | None:
@@ -361,6 +412,8 @@ def stdin_line(board: dict, args: list[str]) -> str | None:
 def run_command(board: dict, binary: str, args: list[str], archive_image: str | None = None) -> list[str]:
     """The command that runs `binary args...` on the board (natively or under its emulator).
     A UART board takes its arguments on standard input instead (stdin_line): here, none."""
+    if no_emulator(board):
+        raise CactError(no_emulator(board))
     emu = list(board["emulator"]["command"])
     if board["os"] == "linux":
         if board["archive"]["placement"] == "file":
@@ -391,6 +444,8 @@ def gdb_commands(board: dict, binary: str, args: list[str], archive_image: str |
     """(the emulator command with its gdb stub listening on `port` and the core halted before
     the first instruction, the gdb command that attaches to it).  The host board has no
     emulator: (None, gdb --args ...)."""
+    if no_emulator(board):
+        raise CactError(no_emulator(board))
     if not board["emulator"]["command"]:
         return None, ["gdb", "--args", binary, *args]
     cmd = run_command(board, binary, args, archive_image)
