@@ -79,3 +79,21 @@ def board_dir(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "boards", d)
     monkeypatch.setattr(boards, "BOARDS_DIR", d)
     return d
+
+
+@pytest.fixture
+def board_error(board_dir):
+    """board_error(name, edit) -> the one-line error the loader gives for boards/<name>.toml
+    after edit(text), checked to start with "board file <name>.toml: "."""
+    from generator.build import boards
+    from generator.errors import CactError
+
+    def load_edited(name: str, edit) -> str:
+        path = board_dir / f"{name}.toml"
+        path.write_text(edit(path.read_text()))
+        with pytest.raises(CactError) as err:
+            boards.load(name)
+        message = str(err.value)
+        assert message.startswith(f"board file {name}.toml: ") and "\n" not in message, message
+        return message
+    return load_edited

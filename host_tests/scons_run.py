@@ -19,3 +19,23 @@ def scons(*args, cwd=ROOT, check: bool = True, env: dict | None = None,
     if check and proc.returncode:
         raise AssertionError(f"scons {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr}")
     return proc
+
+
+def build_each(names, archive, root: Path) -> dict:
+    """Build every board of `names` for `archive` into root/<board>; {board: its build dir}."""
+    for name in names:
+        scons(f"board={name}", f"archive={archive}", f"build={root / name}")
+    return {name: root / name for name in names}
+
+
+def build_to_run(name: str, archive, build: Path) -> tuple[dict, Path]:
+    """(board, its built image) for a test that runs it: skipped when the board's toolchain or
+    emulator is missing."""
+    import pytest
+    from generator.build import boards
+    board = boards.load(name)
+    why = boards.missing_tools(board, run=True)
+    if why:
+        pytest.skip(why)
+    scons(f"board={name}", f"archive={archive}", f"build={build}")
+    return board, build / ("needle.elf" if board["os"] == "none" else "needle")

@@ -17,7 +17,7 @@ from elftools.elf.elffile import ELFFile
 
 from generator.build import boards, flash
 from generator.errors import CactError
-from host_tests.scons_run import scons
+from host_tests.scons_run import build_each, scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -33,10 +33,7 @@ pytestmark = pytest.mark.skipif(boards.missing_tools(boards.load("watch-m4")) is
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("flash-boards")
-    for name in FLASHABLE:
-        scons(f"board={name}", f"archive={ARCHIVE}", f"build={root / name}")
-    return {name: root / name for name in FLASHABLE}
+    return build_each(FLASHABLE, ARCHIVE, tmp_path_factory.mktemp("flash-boards"))
 
 
 def tool_lines(stdout: str) -> list[list[str]]:
@@ -236,9 +233,5 @@ def test_other_boards_carry_no_boot_block(built, tmp_path):
     (lambda t: t.replace('use = "data" }', 'use = "stack" }'), "exactly one region must have use = 'data'"),
     (lambda t: t[:t.index("[flash]")], "a bare-metal board without an emulator (emulator.command = []) needs a [flash] table"),
 ])
-def test_board_file_errors_for_the_new_keys(board_dir, edit, message):
-    path = board_dir / "rp2350-pico-plus2.toml"
-    path.write_text(edit(path.read_text()))
-    with pytest.raises(CactError) as err:
-        boards.load("rp2350-pico-plus2")
-    assert str(err.value).startswith("board file rp2350-pico-plus2.toml: ") and message in str(err.value)
+def test_board_file_errors_for_the_new_keys(board_error, edit, message):
+    assert message in board_error("rp2350-pico-plus2", edit)

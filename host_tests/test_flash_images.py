@@ -13,7 +13,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator.build import boards
-from host_tests.scons_run import scons
+from host_tests.scons_run import build_each
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"   # the demo's preset (tiny, seed 1)
@@ -22,10 +22,7 @@ WATCHES = [b for b in boards.names() if boards.load(b)["os"] == "none"]
 
 @pytest.fixture(scope="module")
 def watch_builds(tmp_path_factory):
-    root = tmp_path_factory.mktemp("flash")
-    for name in WATCHES:
-        scons(f"board={name}", f"archive={ARCHIVE}", f"build={root / name}")
-    return {name: root / name for name in WATCHES}
+    return build_each(WATCHES, ARCHIVE, tmp_path_factory.mktemp("flash"))
 
 
 def loads(elf_path: Path) -> list[tuple[int, bytes]]:

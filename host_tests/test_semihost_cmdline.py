@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from generator.build import boards
-from host_tests.scons_run import scons
+from host_tests.scons_run import build_to_run
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -25,12 +25,7 @@ TOO_LONG = "the command line is longer than 8191 bytes"
 
 @pytest.fixture(scope="module")
 def m4(tmp_path_factory):
-    board = boards.load("watch-m4")
-    if boards.missing_tools(board, run=True):
-        pytest.skip(boards.missing_tools(board, run=True))
-    build = tmp_path_factory.mktemp("semihost")
-    scons("board=watch-m4", f"archive={ARCHIVE}", f"build={build}")
-    return board, build / "needle.elf"
+    return build_to_run("watch-m4", ARCHIVE, tmp_path_factory.mktemp("semihost"))
 
 
 def run(m4, args: list[str]) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ import pytest
 
 from generator.build import boards, flags
 from generator.codegen import pipeline, render
-from host_tests.scons_run import scons
+from host_tests.scons_run import build_to_run, scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -31,12 +31,7 @@ def scons_build(board_name: str, build: Path) -> None:
 
 @pytest.fixture(scope="module")
 def uart(tmp_path_factory):
-    board = boards.load("watch-m4-uart")
-    if boards.missing_tools(board, run=True):
-        pytest.skip(boards.missing_tools(board, run=True))
-    build = tmp_path_factory.mktemp("uart")
-    scons_build("watch-m4-uart", build)
-    return board, build / "needle.elf"
+    return build_to_run("watch-m4-uart", ARCHIVE, tmp_path_factory.mktemp("uart"))
 
 
 def run_uart(board: dict, elf: Path, line: str | None) -> subprocess.CompletedProcess:
