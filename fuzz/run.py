@@ -172,7 +172,7 @@ def build_soak(out, cc="clang"):
     cmd = [cc, *cflags, "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
            "-o", str(exe), str(FUZZ / "soak.c"), str(CLI / "main.c"), str(CLI / "tool_prompt.c"),
-           str(HAL / "format.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
+           str(HAL / "format.c"), str(HAL / "linux" / "stdio_file.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
            str(gen / "needle_tokenizer.c"), str(gen / "needle_archive.S"), "-lm"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "hal.h"
+#include "linux/stdio_file.h"
 
 #if defined(__has_include)
 #if __has_include(<sanitizer/lsan_interface.h>)
@@ -174,15 +175,7 @@ const char *hal_reason(void) { return reason; }
 
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) { reason = strerror(errno); return -1; }
-    *len = fread(buf, 1, cap + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err) { reason = "read error"; return -1; }
-    if (*len > cap) { reason = "file too large"; return -1; }
-    buf[*len] = 0;
-    return 0;
+    return stdio_read_file(path, buf, cap, len, &reason);
 }
 
 void *hal_create(const char *path)
