@@ -126,7 +126,7 @@ def test_over_long_command_line_is_one_line_error(uart):
 FAULT_MAIN = r"""
 #include "hal.h"
 /* the CLI replaced by an undefined instruction: a usage fault, escalated to a hard fault */
-int needle_cli(int argc, char **argv)
+int main(int argc, char **argv)
 {
     (void)argc; (void)argv;
     hal_printf("about to fault\n");
@@ -137,7 +137,7 @@ int needle_cli(int argc, char **argv)
 
 
 def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
-    """A tiny firmware: the real start-up, UART HAL and command line, and a needle_cli that
+    """A tiny firmware: the real start-up, UART HAL and command line, and a main that
     executes an undefined instruction; linked with the board's linker-script template."""
     board, _ = uart
     (tmp_path / "fault_main.c").write_text(FAULT_MAIN)
@@ -164,7 +164,7 @@ def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
     pc = int(lines[3].split(" pc=0x")[1].split()[0], 16)
     nm = subprocess.run([board["toolchain_prefix"] + "nm", str(tmp_path / "fault.elf")], capture_output=True,
                         text=True, check=True).stdout
-    cli = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" needle_cli"))
+    cli = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" main"))
     assert cli <= pc < cli + 64
 
 

@@ -41,5 +41,5 @@ static char demo_text[] = "<|im_start|>user\nWhat is the weather in Lagos?<|im_e
 int cmdline_demo(void)
 {
     static char *demo[] = { demo_name, demo_flag, demo_text, demo_max, demo_n, 0 };
-    return needle_cli(5, demo);
+    return main(5, demo);
 }

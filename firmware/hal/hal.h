@@ -8,8 +8,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-/* The program: argv[0] is the program name. Returns the exit status. */
+/* The program: argv[0] is the program name. Returns the exit status.  needle_cli is the
+ * CLI (cli/main.c); main (cli/entry.c for the CLI, or a library user's own application) is
+ * what the platform calls: the C runtime on Linux, hal_main() on bare metal, after the
+ * HAL has set up its console and read the command line. */
 int needle_cli(int argc, char **argv);
+int main(int argc, char **argv);
 
 void hal_out(const char *s, size_t n);          /* standard output */
 void hal_err(const char *s, size_t n);          /* standard error */

@@ -75,4 +75,3 @@ int hal_remove(const char *path)
     return remove(path) ? -1 : 0;
 }
 
-int main(int argc, char **argv) { return needle_cli(argc, argv); }

@@ -142,5 +142,5 @@ void hal_main(void)
     line_buf[n] = 0;
     argv_buf[0] = program;
     int argc = cmdline_split(line_buf, argv_buf, 1);
-    hal_exit(argc <= 1 ? cmdline_demo() : needle_cli(argc, argv_buf));
+    hal_exit(argc <= 1 ? cmdline_demo() : main(argc, argv_buf));
 }
