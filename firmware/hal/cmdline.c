@@ -1,4 +1,4 @@
-/* The bare-metal command line (cmdline.h): the word splitter and the demo prompt. */
+/* The bare-metal command line (cmdline.h): the word splitter. */
 #include <string.h>
 
 #include "cmdline.h"
@@ -32,14 +32,4 @@ int cmdline_split(char *s, char **argv, int first)
     }
     argv[argc] = 0;
     return argc;
-}
-
-/* Without a command line, the firmware runs its demo prompt. */
-static char demo_name[] = "needle", demo_flag[] = "--prompt", demo_max[] = "--max-new", demo_n[] = "24";
-static char demo_text[] = "<|im_start|>user\nWhat is the weather in Lagos?<|im_end|>\n<|im_start|>assistant\n";
-
-int cmdline_demo(void)
-{
-    static char *demo[] = { demo_name, demo_flag, demo_text, demo_max, demo_n, 0 };
-    return main(5, demo);
 }

@@ -12,7 +12,4 @@
  * error with exit status 2, never a cut line. */
 int cmdline_split(char *s, char **argv, int first);
 
-/* The command the firmware runs without a command line: the demo prompt. */
-int cmdline_demo(void);
-
 #endif

@@ -1,6 +1,7 @@
 /* The hardware seam of the CLI: console, files, exit.  Each target provides one
  * implementation (hal/linux: stdio; hal/semihost: Arm semihosting under a debugger or QEMU;
- * hal/uart: a CMSDK UART, no file system), plus, bare metal, hal_main() and hal_exit().
+ * hal/uart: a UART (CMSDK or PL011 driver), no file system), plus, bare metal, hal_main()
+ * and hal_exit().
  * The CLI itself (cli/main.c) uses nothing else, so it is the same program on every board. */
 #ifndef NEEDLE_HAL_H
 #define NEEDLE_HAL_H
@@ -11,7 +12,7 @@
 /* The program: argv[0] is the program name. Returns the exit status.  needle_cli is the
  * CLI (cli/main.c); main (cli/entry.c for the CLI, or a library user's own application) is
  * what the platform calls: the C runtime on Linux, hal_main() on bare metal, after the
- * HAL has set up its console and read the command line. */
+ * HAL has set up its console and read the command line (argc 1 when there was none). */
 int needle_cli(int argc, char **argv);
 int main(int argc, char **argv);
 

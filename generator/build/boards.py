@@ -13,8 +13,9 @@ which carries musl for every Linux target: the OpenWrt routers need static musl 
 as well (`[musl]`: zig_target and arch_flags; `scons libc=musl`).  OpenWrt boards name their
 package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A bare-metal board's
 console is `semihost` (the default: console, host files, command line and exit status through
-a debugger or QEMU) or `uart` (a CMSDK UART at `[uart] base`, clocked at `clock_hz`; no file
-system; `semihost_exit = true` only for QEMU, to get an exit status).  Real development boards
+a debugger or QEMU) or `uart` (a UART of `[uart] kind`, `cmsdk` (the default) or `pl011`, at
+`base`, clocked at `clock_hz`, the processor at `cpu_clock_hz` when it differs; no file system;
+`semihost_exit = true` only for QEMU, to get an exit status).  Real development boards
 have no emulator (`emulator.command = []`: built and checked, never run; running them is
 refused with one line) and a `[flash]` table (`probe`, `pyocd_target`, `openocd` config files,
 `openocd_commands`: generator/build/flash.py); a region of `use = "stack"` gives the stack its
@@ -58,7 +59,8 @@ TABLE_KEYS = {
     "emulator": {"command": (list, True), "package": (str, True), "systick_hz": (int, False)},
     "musl": {"zig_target": (str, True), "arch_flags": (list, True)},
     "package": {"openwrt_arch": (str, True)},
-    "uart": {"base": (int, True), "clock_hz": (int, True), "semihost_exit": (bool, False)},
+    "uart": {"kind": (str, False), "base": (int, True), "clock_hz": (int, True), "cpu_clock_hz": (int, False),
+             "semihost_exit": (bool, False)},
     "flash": {"probe": (str, True), "pyocd_target": (str, False), "openocd": (list, False),
               "openocd_commands": (list, False)},
 }
@@ -73,6 +75,9 @@ PROBES = ("pyocd", "openocd")           # [flash] probe: how `scons flash=1` pro
 # places it right after the vector table and checks where it lands)
 BOOT_BLOCKS = {"rp2350-image-def": "-DNEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF=1"}
 CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firmware/hal/<console>/)
+# console = "uart": the UART's IP, one register-level driver each (firmware/hal/uart/uart_<kind>.c)
+# under the shared console logic (hal_uart.c); the first is the default
+UART_KINDS = ("cmsdk", "pl011")
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
 
@@ -269,8 +274,15 @@ def load(name: str) -> dict:
             bad("console = \"uart\" is for bare-metal boards (os = none)")
         if "uart" not in data:
             bad("console = \"uart\" needs a [uart] table (base, clock_hz)")
-        if data["uart"]["base"] <= 0 or data["uart"]["clock_hz"] < 16 * 115200:
+        u = data["uart"]
+        u.setdefault("kind", UART_KINDS[0])
+        if u["kind"] not in UART_KINDS:
+            bad(f"uart.kind must be {' or '.join(UART_KINDS)} (the UART's IP; another one needs its own "
+                f"driver, firmware/hal/uart/uart_<kind>.c), not {u['kind']!r}")
+        if u["base"] <= 0 or u["clock_hz"] < 16 * 115200:
             bad("uart.base must be the UART's address and uart.clock_hz its clock (at least 1843200 Hz for 115200 baud)")
+        if not 1000 <= u.get("cpu_clock_hz", 1000) <= 0xFFFFFF * 1000:
+            bad("uart.cpu_clock_hz must be the processor clock in Hz (SysTick's, for the command-line wait)")
     elif "uart" in data:
         bad("[uart] goes with console = \"uart\"")
     if "boot_block" in data and (data["os"] != "none" or data["boot_block"] not in BOOT_BLOCKS):
@@ -385,19 +397,25 @@ def has_host_files(board: dict) -> bool:
 
 
 def hal_sources(board: dict) -> list[str]:
-    """The HAL behind hal.h for a bare-metal board (paths under firmware/)."""
+    """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
+    the shared console logic plus the driver of the board's UART kind."""
+    if board["console"] == "uart":
+        return ["hal/uart/hal_uart.c", f"hal/uart/uart_{board['uart'].get('kind', UART_KINDS[0])}.c",
+                "hal/cmdline.c"]
     return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"]
 
 
 def hal_defines(board: dict) -> list[str]:
-    """Compiler flags the board's HAL needs: a UART console's address and clock, and (QEMU
-    boards only) NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting; the
-    boot block the board's boot ROM wants (boot_block: startup.c)."""
+    """Compiler flags the board's HAL needs: a UART console's address, its clock and the
+    processor's (SysTick: the command-line wait), and (QEMU boards only)
+    NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting; the boot block the
+    board's boot ROM wants (boot_block: startup.c)."""
     out = [BOOT_BLOCKS[board["boot_block"]]] if "boot_block" in board else []
     if board.get("console") != "uart":
         return out
     u = board["uart"]
     return out + [f"-DNEEDLE_UART_BASE=0x{u['base']:x}u", f"-DNEEDLE_UART_CLOCK_HZ={u['clock_hz']}u",
+                  f"-DNEEDLE_UART_CPU_CLOCK_HZ={u.get('cpu_clock_hz', u['clock_hz'])}u",
                   f"-DNEEDLE_UART_SEMIHOST_EXIT={int(u.get('semihost_exit', False))}"]
 
 

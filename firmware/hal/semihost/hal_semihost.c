@@ -144,6 +144,5 @@ void hal_main(void)
                     "semihosting buffer): pass shorter arguments\n");
     cmdline[args[1]] = 0;
     int argc = cmdline_split(cmdline, argv_buf, 0);
-    if (argc <= 1) hal_exit(cmdline_demo());    /* no command line: the demo prompt */
-    hal_exit(main(argc, argv_buf));
+    hal_exit(main(argc, argv_buf));    /* no command line: argc 1 (the program decides) */
 }

@@ -1,10 +1,12 @@
-/* Arm CMSDK APB UART (Cortex-M System Design Kit, ARM DDI 0479): the register map the console
- * HAL (hal_uart.c) drives, polled, no interrupts.
+/* Arm CMSDK APB UART (Cortex-M System Design Kit, ARM DDI 0479): the register map the CMSDK
+ * driver (uart_cmsdk.c) drives, polled, no interrupts.
  *
- * UART0 of the machines our watches model (the board file's [uart] base):
- *   MPS2 AN385/AN386/AN500 (QEMU mps2-an385/-an386/-an500)   0x40004000
- *   MPS3 AN547 (QEMU mps3-an547), secure alias               0x59303000 (non-secure 0x49303000)
- * A board with another UART fills in its own HAL behind hal.h instead. */
+ * UART0 of the machines our watches model (the board file's [uart] base, clock_hz):
+ *   MPS2 AN385/AN386/AN500 (QEMU mps2-an385/-an386/-an500)   0x40004000, PCLK 25 MHz (= CPU)
+ *   MPS3 AN547 (QEMU mps3-an547), secure alias               0x59303000 (non-secure 0x49303000),
+ *                                                            PCLK 25 MHz, CPU 32 MHz
+ * (QEMU 7.2 hw/arm/mps2.c and hw/arm/mps2-tz.c: apb_periph_frq, sysclk_frq.)
+ * A board with another UART adds its own driver (uart_driver.h). */
 #ifndef NEEDLE_CMSDK_UART_H
 #define NEEDLE_CMSDK_UART_H
 

@@ -1,8 +1,12 @@
-/* HAL for bare-metal Arm boards without a debugger: the console on a CMSDK APB UART (polled),
- * the command line as one line received on it, no file system, exit = a last line and a
- * stopped core.  The board file (console = "uart", [uart]) sets, through SConstruct:
- *   NEEDLE_UART_BASE      the UART's base address (cmsdk_uart.h lists the MPS2/MPS3 ones)
- *   NEEDLE_UART_CLOCK_HZ  its APB clock, for BAUDDIV (115200 baud) and the command-line wait
+/* HAL for bare-metal Arm boards without a debugger: the console on a UART (polled), the
+ * command line as one line received on it, no file system, exit = a last line and a stopped
+ * core.  This file is the console logic, the same for every UART; the registers are a small
+ * driver's (uart_driver.h: uart_cmsdk.c, uart_pl011.c), picked by the board file's [uart]
+ * kind.  The board file (console = "uart", [uart]) sets, through SConstruct:
+ *   NEEDLE_UART_BASE      the UART's base address
+ *   NEEDLE_UART_CLOCK_HZ  its reference clock, for the baud divisor (115200 baud)
+ *   NEEDLE_UART_CPU_CLOCK_HZ  the processor clock (SysTick's), for the command-line wait;
+ *                         [uart] cpu_clock_hz, clock_hz when the board does not say
  *   NEEDLE_UART_SEMIHOST_EXIT=1  QEMU only: also report the exit status with semihosting
  *                         SYS_EXIT_EXTENDED.  A real board leaves it off: without a debugger
  *                         the semihosting trap (bkpt) is itself a fault. */
@@ -10,40 +14,29 @@
 #include <stdint.h>
 
 #include "cmdline.h"
-#include "cmsdk_uart.h"
 #include "hal.h"
+#include "uart_driver.h"
 
-#ifndef NEEDLE_UART_BASE
-#error "NEEDLE_UART_BASE: the board file's [uart] base (SConstruct passes it)"
-#endif
-#ifndef NEEDLE_UART_CLOCK_HZ
-#error "NEEDLE_UART_CLOCK_HZ: the board file's [uart] clock_hz (SConstruct passes it)"
+#ifndef NEEDLE_UART_CPU_CLOCK_HZ
+#define NEEDLE_UART_CPU_CLOCK_HZ NEEDLE_UART_CLOCK_HZ
 #endif
 #ifndef NEEDLE_UART_SEMIHOST_EXIT
 #define NEEDLE_UART_SEMIHOST_EXIT 0
 #endif
 
-#define UART ((cmsdk_uart *)(uintptr_t)(NEEDLE_UART_BASE))
-#define BAUD 115200u
 #define LINE_MAX 4096u             /* the command line, its end (CR or LF) not counted */
 #define WAIT_MS 1000u              /* the demo runs when no command line starts within this */
 
 static const char *reason = "";
 
-static void put_byte(char c)
-{
-    while (UART->state & CMSDK_UART_STATE_TX_FULL) {}
-    UART->data = (uint8_t)c;
-}
-
 static void put(const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++) put_byte(s[i]);
+    for (size_t i = 0; i < n; i++) uart_put((uint8_t)s[i]);
 }
 
 void hal_out(const char *s, size_t n) { put(s, n); }
 void hal_err(const char *s, size_t n) { put(s, n); }   /* one wire: errors go to the console too */
-void hal_flush(void) { while (UART->state & CMSDK_UART_STATE_TX_FULL) {} }
+void hal_flush(void) { uart_drain(); }
 int hal_out_status(void) { return 0; }                 /* a UART takes every byte, in time */
 const char *hal_reason(void) { return reason; }
 
@@ -94,28 +87,25 @@ void hal_exit(int code)
 #define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
 #define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
 #define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
-#define SYST_COUNTFLAG (1u << 16)
+#define SYST_CSR_ENABLE    (1u << 0)
+#define SYST_CSR_CLKSOURCE (1u << 2)   /* the processor clock, not the optional reference clock */
+#define SYST_COUNTFLAG     (1u << 16)  /* wrapped since last read; reading clears it */
+_Static_assert(NEEDLE_UART_CPU_CLOCK_HZ / 1000u - 1u <= 0xFFFFFFu, "SysTick's reload is 24 bits");
 
-/* The first byte of the line, or -1 when none arrives within WAIT_MS (SysTick, polled, at
- * the processor clock: NEEDLE_UART_CLOCK_HZ is the system clock on MPS2/MPS3). */
+/* The first byte of the line, or -1 when none arrives within WAIT_MS (SysTick, polled, one
+ * wrap a millisecond at the processor clock). */
 static int first_byte(void)
 {
     uint32_t ms = 0;
     SYST_CSR = 0;
-    SYST_RVR = NEEDLE_UART_CLOCK_HZ / 1000u - 1u;
+    SYST_RVR = NEEDLE_UART_CPU_CLOCK_HZ / 1000u - 1u;
     SYST_CVR = 0;
-    SYST_CSR = 5u;                               /* enable, processor clock, no interrupt */
-    while (!(UART->state & CMSDK_UART_STATE_RX_FULL)) {
+    SYST_CSR = SYST_CSR_ENABLE | SYST_CSR_CLKSOURCE;   /* no interrupt */
+    while (!uart_rx_ready()) {
         if ((SYST_CSR & SYST_COUNTFLAG) && ++ms >= WAIT_MS) { SYST_CSR = 0; return -1; }
     }
     SYST_CSR = 0;                                /* --bench N sets SysTick up its own way */
-    return (int)(UART->data & 0xFFu);
-}
-
-static int next_byte(void)
-{
-    while (!(UART->state & CMSDK_UART_STATE_RX_FULL)) {}
-    return (int)(UART->data & 0xFFu);
+    return uart_get();
 }
 
 static char line_buf[LINE_MAX + 1];
@@ -126,11 +116,9 @@ _Static_assert(LINE_MAX == 4096u, "the usage error below states this limit");
 void hal_main(void) __attribute__((noreturn));
 void hal_main(void)
 {
-    UART->ctrl = 0;
-    UART->bauddiv = NEEDLE_UART_CLOCK_HZ / BAUD;
-    UART->ctrl = CMSDK_UART_CTRL_TX_EN | CMSDK_UART_CTRL_RX_EN;
+    uart_init();
     size_t n = 0;
-    for (int c = first_byte(); c >= 0 && c != '\r' && c != '\n'; c = next_byte()) {
+    for (int c = first_byte(); c >= 0 && c != '\r' && c != '\n'; c = uart_get()) {
         if (n == LINE_MAX) {
             static const char msg[] = "needle: error: the command line is longer than 4096 bytes (the "
                                       "firmware's UART line buffer): send shorter arguments\n";
@@ -142,5 +130,5 @@ void hal_main(void)
     line_buf[n] = 0;
     argv_buf[0] = program;
     int argc = cmdline_split(line_buf, argv_buf, 1);
-    hal_exit(argc <= 1 ? cmdline_demo() : main(argc, argv_buf));
+    hal_exit(main(argc, argv_buf));    /* no line: argc 1 (the CLI runs its demo prompt) */
 }
