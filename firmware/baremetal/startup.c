@@ -1,6 +1,8 @@
-/* Cortex-M start-up: vector table, reset handler (the BSP's hal_board_init, copy .data, zero
- * .bss, enable the FPU and MVE), the boot block a board's ROM may want, a fault handler that dumps the stacked registers and the fault status registers on
- * the console (whichever HAL: semihosting or UART) and exits with status 4. */
+/* Cortex-M start-up: vector table, reset handler (the BSP's hal_board_init, the stack guard,
+ * copy .data, zero .bss, enable the FPU and MVE), the boot block a board's ROM may want, and a
+ * fault handler that dumps the stacked registers and the fault status registers on the
+ * console (whichever HAL: semihosting or UART) and exits with status 4; a stack overflow
+ * gets one line of its own. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -8,23 +10,97 @@
 #include "hal.h"
 
 extern uint32_t __data_load[], __data_start[], __data_end[], __bss_start[], __bss_end[];
-extern uint32_t __stack_top[];
+/* templates/link.ld.j2: the main stack [__stack_bottom, __stack_top), the stack guard
+ * [__stack_guard_start, __stack_guard_end) right below it (empty where MSPLIM guards the
+ * stack) and the fault handler's own stack, below the guard. */
+extern uint32_t __stack_bottom[], __stack_top[], __stack_guard_start[], __stack_guard_end[];
+extern uint32_t __fault_stack_top[];
 
 void hal_main(void) __attribute__((noreturn));
 void hal_exit(int code) __attribute__((noreturn));
+
+/* The stack guard: an overflow of the main stack faults before it writes .bss (README,
+ * "Boards", stack guard).  The cheapest mechanism that faults reliably, per core:
+ *   Armv8-M Mainline / Armv8.1-M (Cortex-M33, M55): MSPLIM, the core's stack-limit register.
+ *     Any instruction that would move SP below it, and exception entry stacking below it,
+ *     raises a UsageFault (CFSR.STKOF); nothing is written below the limit.  No RAM spent.
+ *   Armv7-M (Cortex-M4, M7): an MPU region (PMSAv7) with no access, just below the stack
+ *     (the linker script aligns it to its power-of-two size).  The first write into it is a
+ *     MemManage fault.  A frame larger than the guard could step over it: the post-link
+ *     check (generator/build/elfcheck.py) refuses an image whose largest frame is.
+ *   Other cores: no guard (the post-link check says so in the memory report). */
+#if defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8_1M_MAIN__)
+#define STACK_GUARD_MSPLIM 1
+#elif defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__)
+#define STACK_GUARD_MPU 1
+#endif
+
+#define SCB_SHCSR (*(volatile uint32_t *)0xE000ED24u)
+#define SCB_SHCSR_MEMFAULTENA (1u << 16)    /* MemManage faults taken as MemManage, not HardFault */
+
+#if STACK_GUARD_MPU
+/* PMSAv7 MPU (Armv7-M ARM, B3.5) */
+#define MPU_TYPE (*(volatile uint32_t *)0xE000ED90u)
+#define MPU_CTRL (*(volatile uint32_t *)0xE000ED94u)
+#define MPU_RNR  (*(volatile uint32_t *)0xE000ED98u)
+#define MPU_RBAR (*(volatile uint32_t *)0xE000ED9Cu)
+#define MPU_RASR (*(volatile uint32_t *)0xE000EDA0u)
+#define MPU_TYPE_DREGION_Pos 8              /* number of regions, 0: no MPU */
+#define MPU_CTRL_ENABLE      (1u << 0)
+#define MPU_CTRL_PRIVDEFENA  (1u << 2)      /* the default memory map where no region matches */
+#define MPU_RASR_ENABLE      (1u << 0)
+#define MPU_RASR_SIZE_Pos    1              /* region size 2^(SIZE+1) bytes */
+#define MPU_RASR_AP_NONE     (0u << 24)     /* no access, privileged or not */
+#define MPU_RASR_XN          (1u << 28)     /* and no instruction fetch */
+
+/* The guard region.  It takes the highest region number the MPU has: where regions overlap
+ * the highest number wins, so a BSP region that covers the stack's RAM (hal_board_init may
+ * map whole memories: cacheability, shareability) does not re-open the guard, and the BSP's
+ * lower regions are left as they are.  Called after hal_board_init, so a BSP that programs
+ * (or disables and re-enables) the MPU there cannot undo it; MPU_CTRL keeps the BSP's bits
+ * and gains ENABLE and PRIVDEFENA (a BSP that ran the MPU without the default map as
+ * background must now cover what it wants refused itself). */
+static void stack_guard_mpu(void)
+{
+    uint32_t regions = (MPU_TYPE >> MPU_TYPE_DREGION_Pos) & 0xFFu;
+    uint32_t base = (uint32_t)(uintptr_t)__stack_guard_start;
+    uint32_t bytes = (uint32_t)((uint8_t *)__stack_guard_end - (uint8_t *)__stack_guard_start);
+    if (regions == 0 || bytes == 0) return;             /* no MPU in this part: no guard */
+    MPU_RNR = regions - 1u;
+    MPU_RBAR = base;                                    /* aligned to its size (link.ld) */
+    MPU_RASR = MPU_RASR_XN | MPU_RASR_AP_NONE | ((uint32_t)(__builtin_ctz(bytes) - 1) << MPU_RASR_SIZE_Pos)
+               | MPU_RASR_ENABLE;
+    MPU_CTRL |= MPU_CTRL_PRIVDEFENA | MPU_CTRL_ENABLE;
+    /* MemManage enabled: an overflow is a MemManage fault (exception 4).  Left disabled, it
+     * would escalate to HardFault, and a HardFault whose own stacking fails (it does here:
+     * the guard is below SP) locks the core up.  UsageFault and BusFault stay disabled, so
+     * those still escalate to HardFault as before. */
+    SCB_SHCSR |= SCB_SHCSR_MEMFAULTENA;
+    __asm__ volatile("dsb\n\tisb" ::: "memory");        /* the new map from the next instruction */
+}
+#endif
 
 /* The BSP's hook, called first thing on reset, before .data and .bss are touched: the place
  * to bring up clocks and the external RAM that holds .data/.bss (SDRAM controller, PSRAM
  * chip select, memory-mapped QSPI, MPU attributes).  It runs on the stack of the vector
  * table (keep that stack in RAM that works out of reset: a "stack" region in the board
- * file) and must not rely on initialised or zeroed globals.  Default: nothing (QEMU). */
+ * file) and must not rely on initialised or zeroed globals.  On Armv8-M MSPLIM already
+ * guards its stack; on Armv7-M the MPU guard comes after it (stack_guard_mpu: its MPU
+ * regions stay, region number MPU_TYPE.DREGION - 1 is ours).  Default: nothing (QEMU). */
 void hal_board_init(void);
 __attribute__((weak)) void hal_board_init(void) {}
 
 void Reset_Handler(void) __attribute__((noreturn));
 void Reset_Handler(void)
 {
+#if STACK_GUARD_MSPLIM
+    /* the limit first: hal_board_init runs guarded too */
+    __asm__ volatile("msr msplim, %0" : : "r"(__stack_bottom) : "memory");
+#endif
     hal_board_init();
+#if STACK_GUARD_MPU
+    stack_guard_mpu();
+#endif
     memcpy(__data_start, __data_load, (size_t)((uint8_t *)__data_end - (uint8_t *)__data_start));
     memset(__bss_start, 0, (size_t)((uint8_t *)__bss_end - (uint8_t *)__bss_start));
 #if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
@@ -42,12 +118,21 @@ void Reset_Handler(void)
  *   needle: fault: r12=0x.. lr=0x.. pc=0x.. xpsr=0x..
  *   needle: fault: cfsr=0x.. hfsr=0x.. mmfar=0x.. bfar=0x..
  * The registers are the ones the core stacked on entry (pc: the faulting instruction);
- * CFSR/HFSR say why, MMFAR/BFAR where (when CFSR marks them valid). */
+ * CFSR/HFSR say why, MMFAR/BFAR where (when CFSR marks them valid).
+ * A stack overflow (the guard tripped) adds a line after the first:
+ *   needle: fault: stack overflow (sp=0x.. at or below the stack's bottom 0x..): raise stack_bytes in the board file
+ * and, when the core could not stack the registers (no room left: the usual case), says so
+ * instead of printing the two register lines; the status registers stay reliable. */
 #define FAULT_EXIT 4
 #define SCB_CFSR  (*(volatile uint32_t *)0xE000ED28u)
 #define SCB_HFSR  (*(volatile uint32_t *)0xE000ED2Cu)
 #define SCB_MMFAR (*(volatile uint32_t *)0xE000ED34u)
 #define SCB_BFAR  (*(volatile uint32_t *)0xE000ED38u)
+#define SCB_CFSR_MSTKERR   (1u << 4)        /* MemManage fault while stacking on exception entry */
+#define SCB_CFSR_MMARVALID (1u << 7)        /* MMFAR holds the faulting address */
+#define SCB_CFSR_STKERR    (1u << 12)       /* BusFault while stacking on exception entry */
+#define SCB_CFSR_STKOF     (1u << 20)       /* Armv8-M: SP went below its limit (MSPLIM) */
+#define EXC_RETURN_SPSEL   (1u << 2)        /* the frame is on the process stack (PSP) */
 
 static void fault_line(const char *fmt, ...)
 {
@@ -59,22 +144,45 @@ static void fault_line(const char *fmt, ...)
     hal_err(line, n);
 }
 
-void fault_dump(const uint32_t *frame, uint32_t ipsr) __attribute__((noreturn, used));
-void fault_dump(const uint32_t *frame, uint32_t ipsr)
+/* Runs on the fault stack (Fault_Handler switched to it).  frame: SP at exception entry,
+ * where the core stacked r0-r3, r12, lr, pc, xpsr if it could. */
+void fault_dump(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return) __attribute__((noreturn, used));
+void fault_dump(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return)
 {
     static const char *const names[] = { "thread mode", "reset", "NMI", "hard fault",
                                          "memory management fault", "bus fault", "usage fault" };
+    uint32_t cfsr = SCB_CFSR, sp = (uint32_t)(uintptr_t)frame;
+    uint32_t bottom = (uint32_t)(uintptr_t)__stack_bottom, guard = (uint32_t)(uintptr_t)__stack_guard_start;
+    int main_stack = !(exc_return & EXC_RETURN_SPSEL);
+    /* Overflow: the limit check tripped (STKOF), or the entry SP or the faulting address lies
+     * in the guard region below the stack. */
+    int overflow = (cfsr & SCB_CFSR_STKOF) || (main_stack && sp >= guard && sp < bottom) ||
+                   ((cfsr & SCB_CFSR_MMARVALID) && SCB_MMFAR >= guard && SCB_MMFAR < bottom);
+    /* The frame is there unless stacking failed: a stacking fault, or an entry SP at or below
+     * the stack's bottom (MSPLIM leaves SP at the limit and writes nothing below it). */
+    int stacked = !(cfsr & (SCB_CFSR_MSTKERR | SCB_CFSR_STKERR)) && !(main_stack && sp <= bottom);
     unsigned exc = ipsr & 0x1FFu;
     fault_line("needle: fault: %s (exception %u)\n", exc < 7 ? names[exc] : "unexpected exception", exc);
-    fault_line("needle: fault: r0=0x%x r1=0x%x r2=0x%x r3=0x%x\n", frame[0], frame[1], frame[2], frame[3]);
-    fault_line("needle: fault: r12=0x%x lr=0x%x pc=0x%x xpsr=0x%x\n", frame[4], frame[5], frame[6], frame[7]);
+    if (overflow)
+        fault_line("needle: fault: stack overflow (sp=0x%x at or below the stack's bottom 0x%x): raise "
+                   "stack_bytes in the board file\n", (unsigned)sp, (unsigned)bottom);
+    if (stacked) {
+        fault_line("needle: fault: r0=0x%x r1=0x%x r2=0x%x r3=0x%x\n", frame[0], frame[1], frame[2], frame[3]);
+        fault_line("needle: fault: r12=0x%x lr=0x%x pc=0x%x xpsr=0x%x\n", frame[4], frame[5], frame[6], frame[7]);
+    } else {
+        fault_line("needle: fault: the core could not stack r0-r3, r12, lr, pc, xpsr (no room): "
+                   "only the status registers below are reliable\n");
+    }
     fault_line("needle: fault: cfsr=0x%x hfsr=0x%x mmfar=0x%x bfar=0x%x\n",
-               (unsigned)SCB_CFSR, (unsigned)SCB_HFSR, (unsigned)SCB_MMFAR, (unsigned)SCB_BFAR);
+               (unsigned)cfsr, (unsigned)SCB_HFSR, (unsigned)SCB_MMFAR, (unsigned)SCB_BFAR);
     hal_exit(FAULT_EXIT);
 }
 
-/* Every fault and unexpected exception: the stacked frame (MSP or PSP, EXC_RETURN bit 2)
- * and the exception number go to fault_dump. */
+/* Every fault and unexpected exception: the stacked frame (MSP or PSP, EXC_RETURN bit 2),
+ * the exception number and EXC_RETURN go to fault_dump, which runs on its own stack
+ * (__fault_stack_top, link.ld): the fault may be a stack overflow, with no room left on the
+ * main stack.  On Armv8-M MSPLIM is cleared first, or the first push on the fault stack
+ * (below the main stack's limit) would fault again.  Nothing here touches memory. */
 __attribute__((naked)) void Fault_Handler(void)
 {
     __asm__ volatile(
@@ -83,6 +191,14 @@ __attribute__((naked)) void Fault_Handler(void)
         "mrseq r0, msp\n\t"
         "mrsne r0, psp\n\t"
         "mrs r1, ipsr\n\t"
+        "mov r2, lr\n\t"
+#if STACK_GUARD_MSPLIM
+        "movs r3, #0\n\t"
+        "msr msplim, r3\n\t"
+#endif
+        "movw r3, #:lower16:__fault_stack_top\n\t"
+        "movt r3, #:upper16:__fault_stack_top\n\t"
+        "mov sp, r3\n\t"
         "b fault_dump\n\t");
 }
 

@@ -33,8 +33,14 @@ class Report:
     cact_bytes: int = 0
     state_bytes: int | None = None
     kv_bytes: int = 0
-    stack_bytes: int | None = None
+    stack_bytes: int | None = None   # deepest call path (bare metal: own code + library)
     stack_path: list = field(default_factory=list)
+    stack: "StackFigure | None" = None   # bare metal: the figure behind stack_bytes
+    stack_own_only: int | None = None    # bare metal: the deepest path counting own code only
+    stack_reserve: int = 0               # bare metal: exception frames + interrupt handler
+    stack_handler: int = 0               # bare metal: of which the interrupt handler's path
+    stack_guard: str = ""                # bare metal: the guard, in words
+    fault_stack: tuple | None = None     # bare metal: (fault stack bytes, fault_dump's deepest path)
     partition: bool = False        # the archive is a separately flashed image
     archive_file: int = 0          # placement file: bytes of the archive mapped at start
     flash_label: str = "flash"     # "package" where the board states package_flash_bytes
@@ -57,10 +63,15 @@ class Report:
     def _ram_line(self) -> str:
         deepest = f"{self.stack_bytes:,}" if self.stack_bytes is not None else "n/a"
         if ".stack" in self.ram:
-            rest = sum(v for k, v in self.ram.items() if k != ".stack")
+            below = {".stack_guard": "guard", ".fault_stack": "fault stack"}
+            rest = sum(v for k, v in self.ram.items() if k != ".stack" and k not in below)
+            extra = "".join(f" + {label} {self.ram[k]:,}" for k, label in below.items() if k in self.ram)
+            if self.stack is not None and self.stack.bytes is not None:
+                deepest += f": own code {self.stack.own:,} + library {self.stack.library:,}"
             return (f"  RAM   {self.ram_total:>12,d} bytes = data+bss {rest:,} + stack reserved "
-                    f"{self.ram['.stack']:,} (deepest call path uses {deepest})")
-        return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}"
+                    f"{self.ram['.stack']:,}{extra} (deepest call path uses {deepest})")
+        own = " (deepest own-code call path; the C library not counted)" if self.stack_bytes is not None else ""
+        return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}{own}"
 
     def lines(self, board: str) -> list[str]:
         rodata = sum(self.flash.values()) - self.code_bytes
@@ -74,7 +85,20 @@ class Report:
         if self.state_bytes is not None:
             out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
         if self.stack_path:
-            out.append(f"        worst stack path: {' > '.join(self.stack_path)}")
+            libs = self.stack.library_functions if self.stack else []
+            out.append(f"        worst stack path: {' > '.join(self.stack_path)}"
+                       + (f" (library: {', '.join(libs)})" if libs else ""))
+        if self.stack is not None and self.stack.bytes is not None:
+            frames = self.stack_reserve - self.stack_handler
+            out.append(f"        stack budget: deepest path {self.stack.bytes:,} + exception reserve "
+                       f"{self.stack_reserve:,} = {self.stack.bytes + self.stack_reserve:,} of "
+                       f"{self.ram.get('.stack', 0):,} (reserve: {EXCEPTION_RESERVE_FRAMES} FP exception "
+                       f"frames {frames:,} + an interrupt handler's path {self.stack_handler:,}; own code "
+                       f"alone: {self.stack_own_only:,})")
+            for note in self.stack.notes:
+                out.append(f"        stack note: {note}")
+        if self.stack_guard:
+            out.append(f"        stack guard: {self.stack_guard}")
         for region, address, size in self.loads:
             out.append(f"  image {region:<8} at 0x{address:08X}: {size:,} bytes")
         return out
@@ -86,40 +110,346 @@ def _symbols(elf: ELFFile):
             yield from sec.iter_symbols()
 
 
-def worst_stack(obj_dir: str) -> tuple[int | None, list[str]]:
-    """Deepest call chain from GCC's -fcallgraph-info=su files (.ci) under obj_dir."""
-    files = glob.glob(os.path.join(obj_dir, "**", "*.ci"), recursive=True)
-    if not files:
-        return None, []
+# --- Worst stack depth -------------------------------------------------------------------
+#
+# Own code: GCC's -fcallgraph-info=su (.ci files): each function's frame and its direct calls.
+# Library code (newlib's libc/libm, libgcc: no .ci node with a size): on bare metal, its frame
+# from the linked image's disassembly (`<toolchain_prefix>objdump -d`), recursively through
+# what it calls.  Indirect calls (GCC's __indirect_call node, a `blx rN` in a library
+# function) are bounded by the deepest function whose address the image takes (a literal
+# pool word, a movw/movt pair or a word of initialised data equal to it, outside the vector
+# table): only those can be called through a pointer.
+
+# Exception-frame reserve of the stack budget (bare metal): an interrupt (SysTick: the
+# --bench timer) and a fault taken on top of it each stack the extended frame with FP state,
+# 26 words, plus one word of 8-byte alignment padding: 2 x 108 bytes; plus the interrupt
+# handler's own frames (the deepest exception handler in the image).  The fault handler
+# itself runs on its own stack (startup.c), checked against its own budget.
+EXCEPTION_FRAME_BYTES = (26 + 1) * 4
+EXCEPTION_RESERVE_FRAMES = 2
+ENTRY_POINTS = ("Reset_Handler", "main")
+FAULT_ENTRY = "fault_dump"          # startup.c's fault handler body (Fault_Handler is naked)
+
+
+@dataclass
+class StackFigure:
+    """The deepest call path: its bytes (own code + library), and the functions on it."""
+    bytes: int | None = None
+    own: int = 0
+    library: int = 0
+    path: list = field(default_factory=list)
+    library_functions: list = field(default_factory=list)   # the path's library functions
+    notes: list = field(default_factory=list)               # recursion, unbounded frames
+
+
+@dataclass
+class Disassembly:
+    """Per function of a linked image: its frame (bytes its prologue and body take off SP),
+    what it calls, whether it calls through a register, and the address-taken functions."""
+    frame: dict = field(default_factory=dict)       # name -> bytes
+    callees: dict = field(default_factory=dict)     # name -> set of names
+    indirect: set = field(default_factory=set)      # names with a blx/bx through a register
+    dynamic: set = field(default_factory=set)       # names that move SP by a register amount
+    address_taken: set = field(default_factory=set)
+
+
+_REGLIST_RE = re.compile(r"\{([^}]*)\}")
+
+
+def _reglist_bytes(operands: str) -> int:
+    """Bytes a register list ({r4, r5, lr}, {r4-r7}, {d8-d11}, {s16-s17}) takes on the stack."""
+    m = _REGLIST_RE.search(operands)
+    if not m:
+        return 0
+    total = 0
+    for item in (x.strip() for x in m.group(1).split(",") if x.strip()):
+        size = 8 if item.startswith("d") else 4
+        lo, _, hi = item.partition("-")
+        if hi:
+            total += size * (int(re.sub(r"\D", "", hi)) - int(re.sub(r"\D", "", lo)) + 1)
+        else:
+            total += size
+    return total
+
+
+def frame_delta(mnemonic: str, operands: str) -> int | None:
+    """Bytes one Thumb-2 instruction (objdump's spelling) moves SP down: 0 if none, None if
+    by a register amount (a variable-length array or alloca: unbounded).
+      push / stmdb sp! / vpush / vstmdb sp!        4 per core register, 8 per d, 4 per s
+      sub sp, #N  sub.w sp, sp, #N  subw sp, sp, #N
+      str / str.w / strd / vstr ..., [sp, #-N]!    pre-indexed with writeback"""
+    op = mnemonic.split(".")[0]
+    ops = operands.replace(" ", "")
+    if op in ("push", "vpush") or (op in ("stmdb", "stmfd", "vstmdb", "vstmfd") and ops.startswith("sp!")):
+        return _reglist_bytes(operands)
+    if op in ("sub", "subw") and (ops.startswith("sp,#") or ops.startswith("sp,sp,")):
+        arg = ops.split(",")[-1]
+        if not arg.startswith("#"):
+            return None
+        return int(arg[1:].split("@")[0], 0)
+    m = re.search(r"\[sp,#-(\d+)\]!", ops)
+    if m and op in ("str", "strd", "strh", "strb", "vstr"):
+        return int(m.group(1))
+    return 0
+
+
+_FUNC_RE = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
+_INSN_RE = re.compile(r"^\s+([0-9a-f]+):\t(\S+)(?:\t(.*))?$")
+_TARGET_RE = re.compile(r"^[0-9a-f]+ <([^>+]+)>$")
+_BRANCH_RE = re.compile(r"^b(l|eq|ne|cs|cc|hs|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al)?(\.[nw])?$")
+
+
+def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
+    """Read `objdump -d --no-show-raw-insn` output of a Thumb image.  A function's frame is
+    the sum of every SP decrement in its body (conservative where two paths each push
+    their own); its callees are the functions its bl and its branches to another function's
+    first instruction (tail calls) name."""
+    d = Disassembly()
+    words: set = set()              # literal-pool words and movw/movt values
+    starts: dict = {}               # function start address -> name
+    movw: dict = {}
+    name = None
+    for line in text.splitlines():
+        m = _FUNC_RE.match(line)
+        if m:
+            name = m.group(2)
+            starts[int(m.group(1), 16)] = name
+            d.frame.setdefault(name, 0)
+            d.callees.setdefault(name, set())
+            continue
+        m = _INSN_RE.match(line)
+        if not m or name is None:
+            continue
+        mnemonic, operands = m.group(2), (m.group(3) or "").split("\t")[0].split(";")[0].strip()
+        if mnemonic == ".word":
+            words.add(int(operands.split()[0], 0))
+            continue
+        if mnemonic.startswith("movw") or mnemonic.startswith("movt"):
+            reg, _, imm = operands.partition(",")
+            value = int(imm.strip().lstrip("#").split()[0], 0) if imm.strip().startswith("#") else None
+            if value is not None:
+                if mnemonic.startswith("movw"):
+                    movw[reg] = value
+                    words.add(value)
+                elif reg in movw:
+                    words.add((value << 16) | movw[reg])
+            continue
+        delta = frame_delta(mnemonic, operands)
+        if delta is None:
+            d.dynamic.add(name)
+        else:
+            d.frame[name] += delta
+        if mnemonic.startswith("blx") or (mnemonic.startswith("bx") and operands != "lr"):
+            if not _TARGET_RE.match(operands):
+                d.indirect.add(name)
+            continue
+        if _BRANCH_RE.match(mnemonic):
+            t = _TARGET_RE.match(operands)
+            # a branch to its own first instruction is a loop, a bl to it is recursion
+            if t and (t.group(1) != name or mnemonic.startswith("bl")):
+                d.callees[name].add(t.group(1))
+    words -= skip_words or set()
+    d.address_taken = {starts[w & ~1] for w in words if w & 1 and (w & ~1) in starts}
+    return d
+
+
+def disassemble(elf_path: str, objdump: str) -> Disassembly:
+    """Disassemble a linked Thumb image with the board's objdump."""
+    import subprocess
+    try:
+        proc = subprocess.run([objdump, "-d", "--no-show-raw-insn", elf_path], capture_output=True, text=True)
+    except OSError as exc:
+        raise CactError(f"cannot run {objdump} (the worst-stack figure reads the image's "
+                        f"disassembly): {exc.strerror}; install the board's toolchain_package") from None
+    if proc.returncode:
+        raise CactError(f"{objdump} -d {elf_path} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    # words of initialised data equal to a function's address also take it; the vector table
+    # (.vectors) does not make its handlers callable through a pointer.
+    skip, data_words = set(), set()
+    with open(elf_path, "rb") as fh:
+        elf = ELFFile(fh)
+        for sec in elf.iter_sections():
+            if sec.name == ".vectors":
+                skip |= {w for (w,) in struct.iter_unpack("<I", sec.data()[:sec["sh_size"] // 4 * 4])}
+            elif sec.name in (".data", ".rodata") and sec["sh_type"] != "SHT_NOBITS":
+                data = sec.data()
+                data_words |= {w for (w,) in struct.iter_unpack("<I", data[:len(data) // 4 * 4])}
+    d = parse_disassembly(proc.stdout, skip)
+    starts = _function_starts(elf_path)
+    d.address_taken |= {starts[w & ~1] for w in data_words - skip if w & 1 and (w & ~1) in starts}
+    return d
+
+
+def _function_starts(elf_path: str) -> dict:
+    with open(elf_path, "rb") as fh:
+        return {s["st_value"] & ~1: s.name for s in _symbols(ELFFile(fh))
+                if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]}
+
+
+def _read_callgraph(obj_dir: str) -> tuple[dict, dict]:
+    """({title: frame bytes} of the functions our objects define, {title: callee titles})."""
     size: dict[str, int] = {}
     edges: dict[str, set] = {}
     node_re = re.compile(r'node: \{ title: "([^"]+)" label: "([^"]*)"')
     edge_re = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
-    for f in files:
+    for f in glob.glob(os.path.join(obj_dir, "**", "*.ci"), recursive=True):
         text = open(f, encoding="utf-8", errors="replace").read()
         for title, label in node_re.findall(text):
             m = re.search(r"(\d+) bytes", label)
-            size[title] = max(size.get(title, 0), int(m.group(1)) if m else 0)
+            if m:
+                size[title] = max(size.get(title, 0), int(m.group(1)))
         for a, b in edge_re.findall(text):
             edges.setdefault(a, set()).add(b)
-    memo: dict[str, tuple[int, list[str]]] = {}
+    return size, edges
 
-    def depth(node: str, seen: frozenset) -> tuple[int, list[str]]:
-        if node in memo:
-            return memo[node]
-        best = (0, [])
-        for nxt in edges.get(node, ()):
-            if nxt in seen:       # recursion would make the depth unbounded
-                raise CactError(f"recursion through {nxt}: stack depth is unbounded")
-            cand = depth(nxt, seen | {nxt})
+
+def _short(title: str) -> str:
+    return title.split(":")[-1]
+
+
+def worst_stack(obj_dir: str, disasm: Disassembly | None = None, roots=ENTRY_POINTS) -> StackFigure:
+    """Deepest call chain from `roots`: own code from GCC's call-graph info (.ci) under
+    obj_dir; with `disasm` (bare metal) library functions too, else they count 0 bytes.
+    Recursion in own code is refused (unbounded); in library code it is counted once and
+    noted."""
+    size, edges = _read_callgraph(obj_dir)
+    if not size:
+        return StackFigure()
+    own_titles: dict[str, list] = {}
+    for title in size:
+        own_titles.setdefault(_short(title), []).append(title)
+    fig = StackFigure()
+    memo: dict = {}
+    indirect_key = ("indirect", "")
+
+    def node(name_or_title: str) -> tuple:
+        """("own", title) or ("lib", name)."""
+        if name_or_title in size:
+            return ("own", name_or_title)
+        titles = own_titles.get(_short(name_or_title))
+        if titles:
+            return ("own", max(titles, key=lambda t: size[t]))
+        if name_or_title == "__indirect_call":
+            return indirect_key
+        return ("lib", name_or_title)
+
+    def successors(key: tuple) -> set:
+        kind, name = key
+        if kind == "own":
+            out = {node(t) for t in edges.get(name, ())}
+            if disasm is not None:     # libcalls GCC adds after its call graph (__aeabi_*)
+                out |= {node(t) for t in disasm.callees.get(_short(name), ())
+                        if not own_titles.get(t)}
+            return out
+        if kind == "lib":
+            if disasm is None:
+                return set()
+            out = {node(t) for t in disasm.callees.get(name, ())}
+            if name in disasm.indirect:
+                out.add(indirect_key)
+            return out
+        # indirect call: any function whose address is taken
+        return {node(t) for t in (disasm.address_taken if disasm else ())}
+
+    def frame(key: tuple) -> int:
+        kind, name = key
+        if kind == "own":
+            return size[name]
+        if kind == "lib" and disasm is not None:
+            if name in disasm.dynamic:
+                fig.notes.append(f"{name} moves SP by a register amount (not counted)")
+            return disasm.frame.get(name, 0)
+        return 0
+
+    def depth(key: tuple, path: tuple) -> tuple:
+        if key in memo:
+            return memo[key]
+        best = (0, 0, [], [])          # total, library part, names, library names
+        for nxt in successors(key):
+            if nxt in path:            # recursion would make the depth unbounded
+                if nxt[0] == "own" and key[0] == "own":
+                    raise CactError(f"recursion through {_short(nxt[1])}: stack depth is unbounded")
+                note = f"recursion through {_short(nxt[1]) or 'an indirect call'} (counted once)"
+                if note not in fig.notes:
+                    fig.notes.append(note)
+                continue
+            cand = depth(nxt, path + (nxt,))
             if cand[0] > best[0]:
                 best = cand
-        memo[node] = (size.get(node, 0) + best[0], [node.split(":")[-1]] + best[1])
-        return memo[node]
+        own = frame(key)
+        label = {"own": _short(key[1]), "lib": key[1], "indirect": "(indirect call)"}[key[0]]
+        lib = own if key[0] == "lib" else 0
+        result = (own + best[0], lib + best[1], [label] + best[2],
+                  ([label] if key[0] == "lib" else []) + best[3])
+        if key[0] != "indirect":
+            memo[key] = result
+        return result
 
-    roots = [n for n in size if n.split(":")[-1] in ("main", "Reset_Handler")] or list(size)
-    best = max((depth(r, frozenset([r])) for r in roots), key=lambda x: x[0])
-    return best
+    starts = [("own", t) for t in size if _short(t) in roots] or [("own", t) for t in size]
+    total, lib, path, libs = max((depth(r, (r,)) for r in starts), key=lambda x: x[0])
+    fig.bytes, fig.library, fig.own, fig.path, fig.library_functions = total, lib, total - lib, path, libs
+    return fig
+
+
+def largest_frame(obj_dir: str, disasm: Disassembly) -> tuple[int, str]:
+    """(bytes, name) of the largest single frame in the image: own code (.ci) or library."""
+    size, _ = _read_callgraph(obj_dir)
+    frames = dict(disasm.frame)
+    frames.update({_short(t): v for t, v in size.items()})     # GCC's own figures where it has them
+    name = max(frames, key=lambda n: frames[n])
+    return frames[name], name
+
+
+def _section_sizes(elf_path: str) -> dict:
+    with open(elf_path, "rb") as fh:
+        return {sec.name: sec["sh_size"] for sec in ELFFile(fh).iter_sections()}
+
+
+def check_stack(rep: Report, elf_path: str, board: dict, obj_dir: str) -> None:
+    """Bare metal: the deepest call path with library functions, the stack budget, the guard
+    against the largest frame, the fault handler's stack.  Fills rep; CactError (one line)
+    when the stack or the fault stack is too small."""
+    disasm = disassemble(elf_path, board["toolchain_prefix"] + "objdump")
+    fig = worst_stack(obj_dir, disasm)
+    if fig.bytes is None:
+        return
+    rep.stack, rep.stack_bytes, rep.stack_path = fig, fig.bytes, fig.path
+    rep.stack_own_only = worst_stack(obj_dir).bytes
+    # an interrupt handler may be any function whose address the image takes (bench_mcu.c
+    # installs its SysTick handler at run time)
+    handler = worst_stack(obj_dir, disasm, roots=tuple(sorted(disasm.address_taken))).bytes \
+        if disasm.address_taken else 0
+    rep.stack_reserve = EXCEPTION_RESERVE_FRAMES * EXCEPTION_FRAME_BYTES + (handler or 0)
+    rep.stack_handler = handler or 0
+    sections = _section_sizes(elf_path)
+    stack, guard = sections.get(".stack", 0), sections.get(".stack_guard", 0)
+    need = fig.bytes + rep.stack_reserve
+    if need > stack:
+        raise CactError(f"stack over budget on board {board['name']}: the deepest call path uses "
+                        f"{fig.bytes:,} bytes ({' > '.join(fig.path[-3:])}) + {rep.stack_reserve:,} "
+                        f"exception reserve = {need:,} > stack_bytes {stack:,}; raise stack_bytes in "
+                        f"boards/{board['name']}.toml to at least {-(-need // 1024) * 1024:,}")
+    big, big_name = largest_frame(obj_dir, disasm)
+    if guard:
+        if big > guard:
+            raise CactError(f"{big_name}'s stack frame ({big:,} bytes) is larger than board "
+                            f"{board['name']}'s {guard:,}-byte MPU stack guard: an overflow in it could "
+                            "step over the guard; make the frame smaller (static buffers)")
+        rep.stack_guard = (f"MPU region, {guard:,} bytes below the stack (no access; the largest "
+                           f"frame, {big_name}, takes {big:,})")
+    else:
+        from generator.codegen.pipeline import stack_guard_kind
+        rep.stack_guard = {"msplim": "MSPLIM at the stack's bottom (the core's stack-limit check)"}.get(
+            stack_guard_kind(board), "none on this core")
+    fault = sections.get(".fault_stack", 0)
+    if fault:
+        used = worst_stack(obj_dir, disasm, roots=(FAULT_ENTRY,)).bytes or 0
+        rep.fault_stack = (fault, used)
+        if used > fault:
+            raise CactError(f"the fault handler's stack is too small on board {board['name']}: "
+                            f"{FAULT_ENTRY} uses {used:,} bytes > {fault:,} (FAULT_STACK_BYTES in "
+                            "generator/codegen/pipeline.py)")
+        rep.stack_guard += f"; the fault handler runs on its own {fault:,}-byte stack ({FAULT_ENTRY} uses {used:,})"
 
 
 # MIPS .MIPS.abiflags (Elf_MIPS_ABIFlags_v0): version u16, isa_level, isa_rev, gpr_size,
@@ -256,7 +586,11 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
                     rep.kv_bytes = s["st_size"]
                 rep.state_bytes = (rep.state_bytes or 0) + s["st_size"]
     if obj_dir:
-        rep.stack_bytes, rep.stack_path = worst_stack(obj_dir)
+        if board["os"] == "none" and ".stack" in rep.ram:
+            check_stack(rep, elf_path, board, obj_dir)
+        else:                # Linux: own code only (their stacks are megabytes)
+            fig = worst_stack(obj_dir)
+            rep.stack_bytes, rep.stack_path = fig.bytes, fig.path
     mem = board["memory"]
     if "package_flash_bytes" in mem:
         rep.flash_label = "package"

@@ -46,6 +46,33 @@ def _region(board: dict, use: str) -> dict:
     return next(r for r in board["memory"]["regions"] if r["use"] == use)
 
 
+# The stack guard (firmware/baremetal/startup.c picks the mechanism from the core, the
+# linker script reserves its memory).  Armv7-M cores (Cortex-M3/M4/M7) get an MPU region
+# with no access below the stack; Armv8-M Mainline / Armv8.1-M cores (Cortex-M33, M55, ...)
+# limit the stack with MSPLIM and need no memory for it; other cores have no guard.
+# 1 KiB: PMSAv7 wants a power of two >= 32 bytes, and an overflow can only step over the
+# guard in a frame larger than it; the post-link check (generator/build/elfcheck.py)
+# refuses an image with such a frame (the largest today: newlib's __kernel_rem_pio2, 656
+# bytes on the Cortex-M7).
+MPU_GUARD_CPUS = ("cortex-m3", "cortex-m4", "cortex-m7")
+MSPLIM_CPUS = ("cortex-m33", "cortex-m35p", "cortex-m52", "cortex-m55", "cortex-m85", "star-mc1")
+MPU_STACK_GUARD_BYTES = 1024
+# The fault handler's own stack (startup.c: Fault_Handler switches to it); the post-link
+# check compares it with fault_dump's deepest call path.
+FAULT_STACK_BYTES = 512
+
+
+def stack_guard_kind(board: dict) -> str:
+    """"mpu", "msplim" or "none": the guard startup.c sets up on the board's core."""
+    cpu = next((f.split("=", 1)[1].split("+")[0] for f in board["arch_flags"] if f.startswith("-mcpu=")), "")
+    return "mpu" if cpu in MPU_GUARD_CPUS else "msplim" if cpu in MSPLIM_CPUS else "none"
+
+
+def stack_guard_bytes(board: dict) -> int:
+    """Bytes of the MPU stack guard below the stack (Armv7-M cores), else 0."""
+    return MPU_STACK_GUARD_BYTES if stack_guard_kind(board) == "mpu" else 0
+
+
 def linker_context(board: dict, archive_bytes: int) -> dict:
     """Data for templates/link.ld.j2, and the archive-fits check that runs before compiling."""
     from generator import __version__
@@ -57,6 +84,7 @@ def linker_context(board: dict, archive_bytes: int) -> dict:
                         "or a board with more flash")
     return {"generator_version": __version__, "board": board["name"],
             "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
+            "stack_guard_bytes": stack_guard_bytes(board), "fault_stack_bytes": FAULT_STACK_BYTES,
             "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
             "archive_length": arch["length"], "code": _region(board, "code")["name"],
             "data": _region(board, "data")["name"], "archive": arch["name"]}

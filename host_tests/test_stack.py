@@ -1,0 +1,237 @@
+"""The stack on bare metal (firmware/baremetal/startup.c, templates/link.ld.j2,
+generator/build/elfcheck.py): the guard below the stack trips on an overflow (an MPU region
+on the Cortex-M4 and M7, MSPLIM on the Cortex-M55), the worst-stack figure counts library
+functions (read from the image's disassembly), and the post-link check refuses a stack
+smaller than the deepest path plus the exception reserve."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from generator.build import boards, elfcheck, flags
+from generator.codegen import pipeline, render
+from generator.errors import CactError
+from host_tests.scons_run import scons
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
+OVERFLOW = "raise stack_bytes in the board file"
+
+OVERFLOW_MAIN = r"""
+#include "hal.h"
+/* unbounded recursion, 64 bytes of its own per call: runs into the stack guard */
+static volatile unsigned deepest;
+__attribute__((noinline)) static unsigned dive(unsigned n)
+{
+    volatile unsigned char pad[64];
+    pad[0] = (unsigned char)n;
+    deepest = n;
+    if (n == 0xFFFFFFFFu) return pad[0];
+    return dive(n + 1) + pad[0];
+}
+int main(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    hal_printf("about to overflow\n");
+    return (int)dive(0);
+}
+"""
+
+
+def build_tiny(board: dict, main_c: str, out: Path) -> Path:
+    """A tiny firmware: the real start-up and the board's HAL around `main_c`, linked with the
+    board's linker-script template (as test_uart.py's fault test)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "main.c").write_text(main_c)
+    (out / "link.ld").write_text(render.render("link.ld.j2", pipeline.linker_context(board, 0)))
+    fw = ROOT / "firmware"
+    sources = [out / "main.c", fw / "baremetal" / "startup.c", fw / "hal" / "format.c",
+               *(fw / s for s in boards.hal_sources(board))]
+    cmd = (boards.compiler_argv(board) + flags.compile_flags(board, boards.kernel_family(board))
+           + boards.hal_defines(board) + [f"-I{fw / 'hal'}"] + [str(s) for s in sources]
+           + flags.link_flags(board, str(out / "link.ld")) + ["-o", str(out / "fw.elf")])
+    cc = subprocess.run(cmd, capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    return out / "fw.elf"
+
+
+def symbols(board: dict, elf: Path) -> dict:
+    nm = subprocess.run([board["toolchain_prefix"] + "nm", str(elf)], capture_output=True, text=True,
+                        check=True).stdout
+    return {line.split()[2]: int(line.split()[0], 16) for line in nm.splitlines() if len(line.split()) == 3}
+
+
+@pytest.mark.parametrize("name, guard, first", [
+    ("watch-m4", "mpu", "memory management fault (exception 4)"),
+    ("watch-m7", "mpu", "memory management fault (exception 4)"),
+    ("watch-m55", "msplim", "hard fault (exception 3)"),      # STKOF: a usage fault, escalated
+])
+def test_stack_guard_trips_on_overflow(name, guard, first, tmp_path):
+    board = boards.load(name)
+    why = boards.missing_tools(board, run=True)
+    if why:
+        pytest.skip(why)
+    assert pipeline.stack_guard_kind(board) == guard
+    elf = build_tiny(board, OVERFLOW_MAIN, tmp_path)
+    sym = symbols(board, elf)
+    bottom = sym["__stack_bottom"]
+    assert sym["__stack_top"] - bottom == board["stack_bytes"]
+    assert sym["__stack_guard_end"] == bottom and sym["__fault_stack_top"] <= sym["__stack_guard_start"]
+    if guard == "mpu":      # PMSAv7: a power of two, aligned to its size
+        size = bottom - sym["__stack_guard_start"]
+        assert size == pipeline.MPU_STACK_GUARD_BYTES and sym["__stack_guard_start"] % size == 0
+    else:
+        assert sym["__stack_guard_start"] == bottom
+    archive = str(ARCHIVE) if board["archive"]["placement"] == "partition" else None
+    proc = subprocess.run(boards.run_command(board, str(elf), [], archive), capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert proc.stdout == "about to overflow\n"
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"needle: fault: {first}"
+    assert lines[1].startswith("needle: fault: stack overflow (sp=0x") and lines[1].endswith(OVERFLOW)
+    sp = int(lines[1].split("sp=0x")[1].split()[0], 16)
+    assert lines[1] == (f"needle: fault: stack overflow (sp=0x{sp:x} at or below the stack's bottom "
+                        f"0x{bottom:x}): {OVERFLOW}")
+    # the core had no room to stack the registers: the dump says so instead of printing them
+    assert lines[2].startswith("needle: fault: the core could not stack r0-r3")
+    assert lines[3].startswith("needle: fault: cfsr=0x") and len(lines) == 4
+    cfsr = int(lines[3].split("cfsr=0x")[1].split()[0], 16)
+    if guard == "mpu":
+        assert sym["__stack_guard_start"] <= sp < bottom
+        assert cfsr & (1 << 1) and cfsr & (1 << 4)      # DACCVIOL, MSTKERR
+        mmfar = int(lines[3].split("mmfar=0x")[1].split()[0], 16)
+        assert sym["__stack_guard_start"] <= mmfar < bottom
+    else:
+        assert sp == bottom and cfsr & (1 << 20)        # STKOF; SP left at the limit
+
+
+# --- the worst-stack figure and the budget ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def m7_build(tmp_path_factory):
+    board = boards.load("watch-m7")
+    why = boards.missing_tools(board)
+    if why:
+        pytest.skip(why)
+    build = tmp_path_factory.mktemp("m7")
+    scons("board=watch-m7", f"archive={ARCHIVE}", f"build={build}")
+    return board, build
+
+
+def test_worst_stack_counts_library_functions(m7_build):
+    board, build = m7_build
+    own = elfcheck.worst_stack(str(build / "obj"))
+    disasm = elfcheck.disassemble(str(build / "needle.elf"), board["toolchain_prefix"] + "objdump")
+    assert disasm.frame["__kernel_rem_pio2"] >= 600      # stmdb 9 regs + vpush d8-d11 + sub sp
+    fig = elfcheck.worst_stack(str(build / "obj"), disasm)
+    assert own.library == 0 and fig.bytes > own.bytes
+    assert "__kernel_rem_pio2" in fig.path and "__kernel_rem_pio2" in fig.library_functions
+    assert fig.own + fig.library == fig.bytes and fig.library >= disasm.frame["__kernel_rem_pio2"]
+    # the memory report says which figure is which
+    report = (build / "memory.txt").read_text()
+    assert (f"(deepest call path uses {fig.bytes:,}: own code {fig.own:,} + library {fig.library:,})"
+            in report)
+    assert f"own code alone: {own.bytes:,})" in report
+    assert "__kernel_rem_pio2" in next(line for line in report.splitlines() if "worst stack path" in line)
+    assert "stack guard: MPU region, 1,024 bytes below the stack" in report
+    # indirect calls are bounded by the functions whose address the image takes (the CLI's hook)
+    assert "cli_token" in disasm.address_taken and "needle_generate" in disasm.indirect
+
+
+def test_budget_refuses_a_too_small_stack(m7_build, monkeypatch):
+    board, build = m7_build
+    rep = elfcheck.check(str(build / "needle.elf"), str(ARCHIVE), board, obj_dir=str(build / "obj"))
+    need = rep.stack_bytes + rep.stack_reserve
+    assert rep.stack_reserve >= 2 * elfcheck.EXCEPTION_FRAME_BYTES
+    small = dict(board, name="watch-m7-small")
+    small_sections = {**elfcheck._section_sizes(str(build / "needle.elf")), ".stack": need - 8}
+    monkeypatch.setattr(elfcheck, "_section_sizes", lambda path: small_sections)   # a stack 8 bytes short
+    with pytest.raises(CactError) as err:
+        elfcheck.check(str(build / "needle.elf"), str(ARCHIVE), small, obj_dir=str(build / "obj"))
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("stack over budget on board watch-m7-small: ")
+    assert f"= {need:,} > stack_bytes {need - 8:,}" in msg and "raise stack_bytes" in msg
+
+
+def test_budget_refuses_a_board_file_with_too_small_stack_bytes(board_dir, tmp_path):
+    """The same through scons and a board file: one line, the image deleted."""
+    board = boards.load("watch-m4")
+    if boards.missing_tools(board):
+        pytest.skip(boards.missing_tools(board))
+    text = (board_dir / "watch-m4.toml").read_text().replace('name = "watch-m4"', 'name = "watch-tiny-stack"')
+    (board_dir / "watch-tiny-stack.toml").write_text(text.replace("stack_bytes = 16384", "stack_bytes = 1024"))
+    # SCons runs in a child process: point its board loader at the copy too (sitecustomize)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "from generator.build import boards\n"
+        f"boards.BOARDS_DIR = __import__('pathlib').Path({str(board_dir)!r})\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    proc = scons("board=watch-tiny-stack", f"archive={ARCHIVE}", f"build={tmp_path / 'b'}", check=False, env=env)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("scons: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "stack over budget on board watch-tiny-stack: the deepest call path uses" in errors[0]
+    assert "> stack_bytes 1,024; raise stack_bytes in boards/watch-tiny-stack.toml to at least" in errors[0]
+    assert not (tmp_path / "b" / "needle.elf").exists()
+
+
+# --- the disassembly frame parser --------------------------------------------------------------
+
+@pytest.mark.parametrize("mnemonic, operands, delta", [
+    ("push", "{r4, r5, r6, lr}", 16),
+    ("push.w", "{r4, r5, r6, r7, r8, r9, sl, fp, lr}", 36),
+    ("stmdb", "sp!, {r4, r5, r6, r7, r8, r9, sl, fp, lr}", 36),
+    ("stmdb", "r1!, {r2, r3}", 0),                     # not the stack
+    ("vpush", "{d8-d11}", 32),
+    ("vpush", "{s16-s17}", 8),
+    ("vstmdb", "sp!, {d8-d15}", 64),
+    ("sub", "sp, #12", 12),
+    ("sub.w", "sp, sp, #588\t@ 0x24c", 588),
+    ("subw", "sp, sp, #1092\t@ 0x444", 1092),
+    ("sub", "sp, sp, #8", 8),
+    ("sub.w", "sp, sp, r3", None),                     # a variable-length array: unbounded
+    ("str.w", "lr, [sp, #-4]!", 4),
+    ("strd", "r4, r5, [sp, #-16]!", 16),
+    ("add", "sp, #16", 0),
+    ("sub", "r0, sp, #16", 0),
+    ("ldr", "r3, [sp, #8]", 0),
+])
+def test_frame_delta(mnemonic, operands, delta):
+    assert elfcheck.frame_delta(mnemonic, operands.split("\t")[0]) == delta
+
+
+def test_parse_disassembly_frames_calls_and_address_taken():
+    text = """
+00001000 <lib_leaf>:
+    1000:\tpush\t{r4, lr}
+    1002:\tvpush\t{d8}
+    1006:\tsub\tsp, #16
+    1008:\tadd\tsp, #16
+    100a:\tpop\t{r4, pc}
+
+0000100c <lib_mid>:
+    100c:\tstmdb\tsp!, {r4, r5, r6, r7, r8, lr}
+    1010:\tbl\t1000 <lib_leaf>
+    1014:\tbeq.n\t1018 <lib_mid+0xc>
+    1016:\tb.w\t1020 <lib_tail>
+    1018:\tblx\tr3
+    101a:\tldr\tr0, [pc, #4]\t@ (1020 <lib_tail>)
+    101c:\tb.n\t100c <lib_mid>
+    101e:\tnop
+    1020:\t.word\t0x00001021
+
+00001020 <lib_tail>:
+    1020:\tsub.w\tsp, sp, r2
+    1024:\tbx\tlr
+"""
+    d = elfcheck.parse_disassembly(text)
+    assert d.frame == {"lib_leaf": 8 + 8 + 16, "lib_mid": 24, "lib_tail": 0}
+    assert d.callees["lib_mid"] == {"lib_leaf", "lib_tail"}       # a branch to its own start is a loop
+    assert d.indirect == {"lib_mid"} and d.dynamic == {"lib_tail"}
+    assert d.address_taken == {"lib_tail"}                         # the literal word 0x1021 (Thumb bit)
