@@ -7,6 +7,8 @@
 * ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
+* ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
+  files (generator.build.sdk); SConstruct archives and copies the rest.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report; on failure the image is deleted so no bad firmware is left.
 
@@ -147,6 +149,30 @@ def _images_str(target, source, env):
     return f"images {target[0].path} <- {source[0].path}"
 
 
+def _sdk_emitter(target, source, env):
+    from generator.build import sdk
+    sdk_dir = Dir(str(target[0]))
+    return [sdk_dir.File(rel) for rel in sdk.metadata_files(_board(env)).values()], source
+
+
+def _sdk_action(target, source, env):
+    import hashlib
+    from generator.build import sdk
+    sdk_dir = os.path.dirname(os.path.dirname(target[0].abspath))    # target[0]: include/needle.h
+    with open(source[0].abspath, "rb") as fh:
+        sha256 = hashlib.sha256(fh.read()).hexdigest()
+    try:
+        sdk.write_metadata(_board(env), sdk_dir, sha256, env.get("cc", "gcc"))
+    except CactError as exc:
+        print(f"scons: error: SDK of board {env['NEEDLE_BOARD']}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _sdk_str(target, source, env):
+    return f"sdk {os.path.dirname(os.path.dirname(target[0].path))} <- {source[0].path}"
+
+
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
@@ -159,6 +185,9 @@ def generate(env):
     env["BUILDERS"]["NeedleImages"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_images_action, _images_str, varlist=["NEEDLE_BOARD", "libc"]),
         emitter=_images_emitter)
+    env["BUILDERS"]["NeedleSdk"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc"]),
+        emitter=_sdk_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
 

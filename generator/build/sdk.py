@@ -1,0 +1,128 @@
+"""The engine as a library: what `scons board=X lib=1` writes into build/X/sdk.
+
+    sdk/include/needle.h                    one include: model, tokenizer, prompt renderer
+    sdk/include/needle_model.h, needle_tokenizer.h, needle_tool_prompt.h
+    sdk/lib/libneedle.a                     engine, kernels, tokenizer, prompt renderer, and the
+                                            archive itself when the board links it (section .cact)
+    sdk/lib/pkgconfig/needle.pc             pkg-config (cc, Cflags with the board's arch flags, Libs)
+    sdk/lib/cmake/needle/needle-config.cmake (+ -version): find_package(needle) -> needle::needle
+    sdk/share/needle/toolchain.cmake        the board's compiler for CMake (CMAKE_TOOLCHAIN_FILE)
+    sdk/share/needle/needle.cact            placement "file": the archive to install beside the program
+    sdk/share/needle/archive.bin            placement "partition": the image to flash at its address
+  bare-metal boards also:
+    sdk/include/needle_hal.h                the console/exit seam of the board support
+    sdk/lib/libneedle_board.a               the board's reference support: start-up, vector table,
+                                            console, fault handler; calls the application's main()
+    sdk/lib/pkgconfig/needle-board.pc, needle::board, sdk/share/needle/needle.ld (linker script)
+
+Every generated file names paths relative to itself (pkg-config's ${pcfiledir}, CMake's
+CMAKE_CURRENT_LIST_DIR), so the directory can be moved, copied or packed as it is.
+SConstruct compiles and archives; this module says which files go where and renders the
+metadata from templates/sdk/.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from generator.build import boards, flags
+from generator.codegen import render
+
+SDK_DIR = "sdk"
+
+# installed header name -> where it comes from ("gen/" the generated engine, else firmware/)
+HEADERS = {"needle_model.h": "gen/needle_model.h", "needle_tokenizer.h": "gen/needle_tokenizer.h",
+           "needle_tool_prompt.h": "cli/tool_prompt.h"}
+BOARD_HEADERS = {"needle_hal.h": "hal/hal.h"}
+# what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
+LIBRARY_SOURCES = ["cli/tool_prompt.c"]
+# templates/sdk/<name>.j2 -> path in the SDK
+METADATA = {"needle.h": "include/needle.h", "needle.pc": "lib/pkgconfig/needle.pc",
+            "needle-config.cmake": "lib/cmake/needle/needle-config.cmake",
+            "needle-config-version.cmake": "lib/cmake/needle/needle-config-version.cmake",
+            "toolchain.cmake": "share/needle/toolchain.cmake"}
+BOARD_METADATA = {"needle-board.pc": "lib/pkgconfig/needle-board.pc"}
+# the reference board support's entry: nothing references the start-up object, so the link
+# names its reset handler (which keeps the vector table and pulls in the console)
+BOARD_ENTRY = "Reset_Handler"
+PROCESSORS = {"arm": "arm", "mips": "mips"}
+
+
+def board_support_sources(board: dict) -> list[str]:
+    """firmware/ sources of libneedle_board.a: start-up, the board's console, formatting."""
+    return ["baremetal/startup.c", "hal/format.c"] + boards.hal_sources(board)
+
+
+def archive_file(board: dict) -> str | None:
+    """The archive file an SDK ships (share/needle/...), or None when it is linked in."""
+    return {"file": "needle.cact", "partition": "archive.bin"}.get(board["archive"]["placement"])
+
+
+def metadata_files(board: dict) -> dict[str, str]:
+    """Template name -> SDK path of every rendered file for this board."""
+    out = dict(METADATA)
+    if board["os"] == "none":
+        out.update(BOARD_METADATA)
+    return out
+
+
+def archiver(board: dict) -> tuple[str, str]:
+    """The `ar` and `ranlib` command lines that go with boards.compiler(board)."""
+    if board["toolchain"] == "zig":
+        zig = shlex.join([sys.executable, "-m", "ziglang"])
+        return f"{zig} ar", f"{zig} ranlib"
+    prefix = board["toolchain_prefix"]
+    return f"{prefix}ar", f"{prefix}ranlib"
+
+
+def _zig_binary() -> str:
+    import ziglang
+    return os.path.join(os.path.dirname(ziglang.__file__), "zig")
+
+
+def _processor(board: dict) -> str:
+    arch = board.get("zig_target", board["toolchain_prefix"] or "x86_64").split("-")[0]
+    return next((v for k, v in PROCESSORS.items() if arch.startswith(k)), arch)
+
+
+def context(board: dict, sha256: str, host_cc: str = "gcc") -> dict:
+    """What the templates of templates/sdk/ read."""
+    from generator import __version__
+    bare = board["os"] == "none"
+    link = flags.link_flags(board, "@LDSCRIPT@") if bare else flags.link_flags(board)
+    arch = list(board["arch_flags"])
+    # needle::needle / needle.pc: the flags that must match the library's objects
+    needle_link = [f for f in link if f in arch or f == "-static"]
+    # needle::board / needle-board.pc: the start-up files, linker script and entry on top
+    board_link = [f for f in link if f not in needle_link] + [f"-Wl,--undefined={BOARD_ENTRY}"]
+    arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
+    return {
+        "version": __version__, "board": board["name"], "os": board["os"], "bare": bare,
+        "console": board.get("console", "semihost"), "placement": board["archive"]["placement"],
+        "archive_address": arch_region["origin"] if arch_region else 0, "sha256": sha256,
+        "cc": boards.compiler(board, host_cc), "arch_flags": arch,
+        "cross": board["name"] != "host", "zig": board["toolchain"] == "zig",
+        "zig_target": board.get("zig_target", ""), "zig_binary": _zig_binary() if board["toolchain"] == "zig" else "",
+        "processor": _processor(board),
+        "link_options": needle_link,
+        "board_link_options": [f.replace("@LDSCRIPT@", "${_needle_prefix}/share/needle/needle.ld") for f in board_link],
+        "cflags": "".join(" " + f for f in arch),
+        "libs": " -lneedle -lm" + "".join(" " + f for f in needle_link),
+        "board_libs": " -lneedle_board" + "".join(" " + f.replace("@LDSCRIPT@", "${datadir}/needle.ld")
+                                                  for f in board_link),
+    }
+
+
+def write_metadata(board: dict, sdk_dir: str, sha256: str, host_cc: str = "gcc") -> list[str]:
+    """Render pkg-config, CMake and header files into sdk_dir; returns the paths written."""
+    ctx = context(board, sha256, host_cc)
+    written = []
+    for template, rel in metadata_files(board).items():
+        path = os.path.join(sdk_dir, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(render.render(f"sdk/{template}.j2", ctx))
+        written.append(path)
+    return written
