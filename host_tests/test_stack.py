@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from generator.build import boards, elfcheck, flags
-from generator.codegen import pipeline, render
+from generator.build import boards, elfcheck
+from generator.codegen import pipeline
 from generator.errors import CactError
 from host_tests.scons_run import scons
+from host_tests.tiny_firmware import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -40,23 +41,6 @@ int main(int argc, char **argv)
     return (int)dive(0);
 }
 """
-
-
-def build_tiny(board: dict, main_c: str, out: Path) -> Path:
-    """A tiny firmware: the real start-up and the board's HAL around `main_c`, linked with the
-    board's linker-script template (as test_uart.py's fault test)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "main.c").write_text(main_c)
-    (out / "link.ld").write_text(render.render("link.ld.j2", pipeline.linker_context(board, 0)))
-    fw = ROOT / "firmware"
-    sources = [out / "main.c", fw / "baremetal" / "startup.c", fw / "hal" / "format.c",
-               *(fw / s for s in boards.hal_sources(board))]
-    cmd = (boards.compiler_argv(board) + flags.compile_flags(board, boards.kernel_family(board))
-           + boards.hal_defines(board) + [f"-I{fw / 'hal'}"] + [str(s) for s in sources]
-           + flags.link_flags(board, str(out / "link.ld")) + ["-o", str(out / "fw.elf")])
-    cc = subprocess.run(cmd, capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    return out / "fw.elf"
 
 
 def symbols(board: dict, elf: Path) -> dict:

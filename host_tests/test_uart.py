@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.build import boards, flags
-from generator.codegen import pipeline, render
+from generator.build import boards
 from host_tests.scons_run import build_to_run
+from host_tests.tiny_firmware import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
@@ -198,17 +198,8 @@ def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
     """A tiny firmware: the real start-up, UART HAL and command line, and a main that
     executes an undefined instruction; linked with the board's linker-script template."""
     board, _ = uart
-    (tmp_path / "fault_main.c").write_text(FAULT_MAIN)
-    (tmp_path / "link.ld").write_text(render.render("link.ld.j2", pipeline.linker_context(board, 0)))
-    fw = ROOT / "firmware"
-    sources = [tmp_path / "fault_main.c", fw / "baremetal" / "startup.c", fw / "hal" / "format.c",
-               *(fw / s for s in boards.hal_sources(board))]
-    cmd = (boards.compiler_argv(board) + flags.compile_flags(board, boards.kernel_family(board))
-           + boards.hal_defines(board) + [f"-I{fw / 'hal'}"] + [str(s) for s in sources]
-           + flags.link_flags(board, str(tmp_path / "link.ld")) + ["-o", str(tmp_path / "fault.elf")])
-    cc = subprocess.run(cmd, capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    proc = run_uart(board, tmp_path / "fault.elf", "go\n")
+    elf = build_tiny(board, FAULT_MAIN, tmp_path, "fault")
+    proc = run_uart(board, elf, "go\n")
     assert proc.returncode == 4, proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[0] == "about to fault"
@@ -220,7 +211,7 @@ def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
     assert lines[5:] == ["needle: exit 4"]
     # pc points at the undefined instruction
     pc = int(lines[3].split(" pc=0x")[1].split()[0], 16)
-    nm = subprocess.run([board["toolchain_prefix"] + "nm", str(tmp_path / "fault.elf")], capture_output=True,
+    nm = subprocess.run([board["toolchain_prefix"] + "nm", str(elf)], capture_output=True,
                         text=True, check=True).stdout
     cli = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" main"))
     assert cli <= pc < cli + 64
@@ -307,16 +298,7 @@ def pl011(tmp_path_factory):
         board = boards.load("lm3s6965-pl011")
     if boards.missing_tools(board, run=True):
         pytest.skip(boards.missing_tools(board, run=True))
-    fw = ROOT / "firmware"
-    (out / "echo_main.c").write_text(ECHO_MAIN)
-    (out / "link.ld").write_text(render.render("link.ld.j2", pipeline.linker_context(board, 0)))
-    firmware = ["baremetal/startup.c", "hal/format.c", *boards.hal_sources(board)]
-    cc = subprocess.run([*boards.compiler_argv(board), *flags.compile_flags(board, "scalar"),
-                         *boards.hal_defines(board), f"-I{fw / 'hal'}", str(out / "echo_main.c"),
-                         *(str(fw / f) for f in firmware), *flags.link_flags(board, str(out / "link.ld")),
-                         "-o", str(out / "echo.elf")], capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    return board, out / "echo.elf"
+    return board, build_tiny(board, ECHO_MAIN, out, "echo")
 
 
 def run_bytes(board: dict, elf: Path, line: bytes) -> subprocess.CompletedProcess:
