@@ -107,14 +107,20 @@ def _check_str(target, source, env):
     return f"check {source[0].path}"
 
 
-def _ipk_action(target, source, env):
-    from generator.build import package
+def _refused(what: str, step) -> int:
+    """Run step(); a CactError is one line on stderr ("scons: error: <what>: ...") and status 2."""
     try:
-        package.write_ipk(_board(env), source[0].abspath, os.path.dirname(target[0].abspath))
+        step()
     except CactError as exc:
-        print(f"scons: error: package of {source[0].path}: {exc}", file=sys.stderr)
+        print(f"scons: error: {what}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _ipk_action(target, source, env):
+    from generator.build import package
+    return _refused(f"package of {source[0].path}",
+                    lambda: package.write_ipk(_board(env), source[0].abspath, os.path.dirname(target[0].abspath)))
 
 
 def _ipk_str(target, source, env):
@@ -161,12 +167,8 @@ def _sdk_action(target, source, env):
     sdk_dir = os.path.dirname(os.path.dirname(target[0].abspath))    # target[0]: include/needle.h
     with open(source[0].abspath, "rb") as fh:
         sha256 = hashlib.sha256(fh.read()).hexdigest()
-    try:
-        sdk.write_metadata(_board(env), sdk_dir, sha256, env.get("cc", "gcc"))
-    except CactError as exc:
-        print(f"scons: error: SDK of board {env['NEEDLE_BOARD']}: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return _refused(f"SDK of board {env['NEEDLE_BOARD']}",
+                    lambda: sdk.write_metadata(_board(env), sdk_dir, sha256, env.get("cc", "gcc")))
 
 
 def _sdk_str(target, source, env):
