@@ -277,7 +277,7 @@ def test_unwritable_standard_output_ends_the_service(needle):
     (["--serve", "--ids"], ["--serve takes only"]),
     (["--serve", "--serve"], ["given more than once"]),
     (["--serve", "--tools", "/nonexistent.json"], ["cannot read /nonexistent.json"]),
-    (["--serve", "--tools", str(ROOT / "README.md")], ["README.md: tools JSON"]),
+    (["--serve", "--tools", str(ROOT / "LICENSE")], ["LICENSE: tools JSON"]),
     (["--serve", "--max-new", "0"], ["--max-new wants an integer"]),
 ])
 def test_serve_usage_errors(needle, args, words):
