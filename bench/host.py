@@ -197,12 +197,16 @@ def best_of(runs: list[dict]) -> dict:
 
 def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n: int,
                repeats: int = 2) -> dict:
-    fast_runs, scalar_runs = [], []
+    fast_runs, scalar_runs, one_thread_runs = [], [], []
+    threads = run_engine(engine_cmd, 1).get("threads", 1)
     for _ in range(repeats):           # alternate, so a burst of other load hits both alike
         fast_runs.append(run_engine(engine_cmd, n))
+        if threads > 1:                # the same engine on one thread
+            one_thread_runs.append(run_engine(f"{engine_cmd} --threads 1", n))
         if scalar_cmd:
             scalar_runs.append(run_engine(scalar_cmd, n))
     eng = best_of(fast_runs)
+    one = best_of(one_thread_runs) if one_thread_runs else eng
     if not scalar_cmd and eng.get("kernels", "scalar") != "scalar":
         raise CactError(f"the engine runs the {eng['kernels']} kernels: give --scalar-engine "
                         "(an engine built with kernels=scalar) for the comparison")
@@ -211,7 +215,10 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
     macs = macs_per_token(a)
     peak, peak_what = core_peak_macs()
     result = {
-        "archive": archive_path, "tokens": n, "kernels": eng.get("kernels", "?"),
+        "archive": archive_path, "tokens": n, "kernels": eng.get("kernels", "?"), "threads": threads,
+        "decode_tok_s_1thread": one["decode_tok_s"], "prefill_tok_s_1thread": one["prefill_tok_s"],
+        "decode_speedup_vs_1thread": round(eng["decode_tok_s"] / one["decode_tok_s"], 2),
+        "prefill_speedup_vs_1thread": round(eng["prefill_tok_s"] / one["prefill_tok_s"], 2),
         "decode_tok_s": eng["decode_tok_s"], "prefill_tok_s": eng["prefill_tok_s"],
         "decode_tok_s_scalar": sca["decode_tok_s"], "prefill_tok_s_scalar": sca["prefill_tok_s"],
         "decode_speedup_vs_scalar": round(eng["decode_tok_s"] / sca["decode_tok_s"], 2),
@@ -236,6 +243,11 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
     for k in ("prefill", "decode"):
         print(f"{k + ' tokens/s':24s} {result[k + '_tok_s']:12.2f} {result[k + '_tok_s_scalar']:12.2f} "
               f"{result[k + '_tok_s_reference']:12.2f} {result[k + '_speedup_vs_scalar']:9.2f}x")
+    if threads > 1:
+        print(f"{threads} threads against 1: decode {result['decode_tok_s_1thread']:.2f} -> "
+              f"{result['decode_tok_s']:.2f} tok/s ({result['decode_speedup_vs_1thread']:.2f}x), prefill "
+              f"{result['prefill_tok_s_1thread']:.2f} -> {result['prefill_tok_s']:.2f} tok/s "
+              f"({result['prefill_speedup_vs_1thread']:.2f}x)")
     print(f"weights streamed per token {result['bytes_per_token']:,} bytes; memcpy {result['memcpy_gb_s']:.2f} GB/s "
           f"-> roofline {result['roofline_tok_s']:.0f} tok/s; engine at {100 * result['roofline_ratio']:.2f}% of it "
           f"(scalar {100 * result['roofline_ratio_scalar']:.2f}%)")

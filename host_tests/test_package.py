@@ -345,9 +345,10 @@ def test_init_starts_the_engine_with_the_uci_settings(tmp_path):
     tools = tmp_path / "my tools.json"               # a space: every value is one argument
     tools.write_text("[]")
     sock = tmp_path / "run" / "n.sock"
-    log = run_init(tmp_path, "start_service", enabled="yes", archive=archive, tools=tools, socket=sock, max_new=48)
-    assert log[1:4] == [f"set|command|/usr/bin/needle|--serve|--socket|{sock}|--archive|{archive}",
-                        f"append|command|--tools|{tools}", "append|command|--max-new|48"]
+    log = run_init(tmp_path, "start_service", enabled="yes", archive=archive, tools=tools, socket=sock, max_new=48,
+                   threads=2)
+    assert log[1:5] == [f"set|command|/usr/bin/needle|--serve|--socket|{sock}|--archive|{archive}",
+                        f"append|command|--tools|{tools}", "append|command|--max-new|48", "append|command|--threads|2"]
     assert sock.parent.is_dir()                      # the socket's directory is made
 
 
@@ -374,7 +375,7 @@ def test_init_triggers(tmp_path):
 
 def test_uci_config_matches_the_init_script():
     """/etc/config/needle is valid UCI, section needle.main, and documents every option the
-    init script reads, with the same defaults; there is no threads option (one thread)."""
+    init script reads, with the same defaults."""
     config = (TEMPLATES / "needle.config").read_text()
     init = (TEMPLATES / "needle.init").read_text()
     sections, options = [], {}
@@ -390,11 +391,11 @@ def test_uci_config_matches_the_init_script():
             raise AssertionError(f"not a UCI line: {line!r}")
     assert sections == [("needle", "main")]
     read = dict(re.findall(r"config_get(?:_bool)? \w+ main (\w+)(?: (\S+))?", init))
-    assert set(read) == set(options) == {"enabled", "archive", "tools", "socket", "max_new"}
+    assert set(read) == set(options) == {"enabled", "archive", "tools", "socket", "max_new", "threads"}
     assert options["socket"] == (read["socket"], True)          # commented default = the script's
     assert options["enabled"] == ("1", False) and read["enabled"] == "1"
     assert options["archive"][0].endswith(".cact") and not options["archive"][1]
-    assert "threads" not in config and "--threads" not in init
+    assert '--threads "$threads"' in init
 
 
 def fake_root(tmp_path) -> Path:

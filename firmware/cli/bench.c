@@ -79,10 +79,10 @@ int needle_bench(uint32_t tokens)
     double gbs = memcpy_gbs();
     double prefill = tokens / (t1 - t0), decode = tokens / (t2 - t1);
     double streamed = (double)NEEDLE_STREAMED_BYTES;
-    printf("{\"kernels\": \"%s\", \"tokens\": %u, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+    printf("{\"kernels\": \"%s\", \"threads\": %u, \"tokens\": %u, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
            "\"bytes_per_token\": %u, \"memcpy_gb_s\": %.3f, \"roofline_tok_s\": %.1f, "
            "\"roofline_ratio\": %.4f}\n",
-           NK_KERNELS, tokens, prefill, decode, NEEDLE_STREAMED_BYTES, gbs, gbs * 1e9 / streamed,
+           NK_KERNELS, (unsigned)needle_threads(), tokens, prefill, decode, NEEDLE_STREAMED_BYTES, gbs, gbs * 1e9 / streamed,
            decode / (gbs * 1e9 / streamed));
     return 0;
 }

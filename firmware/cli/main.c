@@ -13,6 +13,8 @@
  *                                               cache kept between requests (cli/serve.c,
  *                                               docs/serve.md; Linux boards only)
  *   needle --info                               geometry, memory and provenance
+ *   --threads N (once, any mode): threads a step uses, 1 .. NEEDLE_THREADS (scons threads=N;
+ *   default all of them); the output does not depend on it
  *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
  *
  *   --archive PATH (once, any mode): the archive file, for engines generated for a board whose
@@ -281,6 +283,7 @@ static void usage(void)
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
+          "every mode takes --threads N: threads of a step, 1 to NEEDLE_THREADS (default: all)\n"
 #ifdef NEEDLE_ARCHIVE_FILE
           "every mode but --help needs --archive PATH: this engine reads its archive from that file\n";
 #else
@@ -308,11 +311,11 @@ static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL, *archive = NULL, *socket_path = NULL;
-    uint32_t max_new = 96, bench = 0;
+    uint32_t max_new = 96, bench = 0, threads = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
-                                        "--plain-markers", "--archive", "--serve", "--socket" };
+                                        "--plain-markers", "--archive", "--serve", "--socket", "--threads" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -326,11 +329,16 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
                           : !strcmp(a, "--socket") ? &socket_path : NULL;
-        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench")) {
+        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--max-new")) max_new_given = 1;
             if (slot) *slot = v;
+            else if (!strcmp(a, "--threads")) {
+                if (parse_u32(v, NEEDLE_THREADS, &threads) || threads == 0)
+                    return hal_fail(2, "--threads wants an integer between 1 and %u (this engine's NEEDLE_THREADS; "
+                                   "rebuild with scons threads=N for more), not \"%s\"", NEEDLE_THREADS, v);
+            }
             else if (!strcmp(a, "--max-new") ? parse_u32(v, NEEDLE_MAX_SEQ, &max_new) || max_new == 0
                                             : parse_u32(v, NEEDLE_MAX_SEQ, &bench) || bench == 0)
                 return hal_fail(2, "%s wants an integer between 1 and %u, not \"%s\"", a, NEEDLE_MAX_SEQ, v);
@@ -380,6 +388,7 @@ static int cli(int argc, char **argv)
     if (needle_archive_map(archive)) return hal_fail(3, "%s", needle_error());
 #endif
     if (needle_boot()) return hal_fail(3, "%s", needle_error());
+    if (threads && needle_set_threads(threads)) return hal_fail(2, "%s", needle_error());
     if (info) { print_info(); return hal_out_status() ? fail_stdout() : 0; }
     if (bench) {
         int rc = needle_bench(bench);

@@ -30,6 +30,7 @@ any other key is an error.
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import shlex
 import shutil
@@ -48,7 +49,7 @@ TOP_KEYS = {
     "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
     "package": (dict, False),
-    "stack_bytes": (int, False), "max_text": (int, False),
+    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
 }
@@ -266,6 +267,8 @@ def load(name: str) -> dict:
     else:
         if "stack_bytes" in data or "regions" in data["memory"]:
             bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+    if "cores" in data and (data["os"] != "linux" or not 1 <= data["cores"] <= 64):
+        bad("cores (the threads an engine uses by default) is for Linux boards: 1 to 64")
     data.setdefault("console", "semihost")
     if data["console"] not in CONSOLES:
         bad(f"console must be {' or '.join(CONSOLES)}")
@@ -318,23 +321,35 @@ def no_emulator(board: dict) -> str | None:
             "or build only")
 
 
+def default_threads(board: dict) -> int:
+    """Threads a board's engine uses unless `threads=N` says otherwise: the board file's
+    `cores` (1 when absent; bare metal: 1), the machine's processors on the host."""
+    if board["name"] == "host":
+        return max(1, min(os.cpu_count() or 1, 64))
+    return board.get("cores", 1)
+
+
 def engine_options(board: dict, kv_window: int | None = None, kernels: str | None = None,
-                   head_tokens: int = 0):
-    """The code generator's options for this board (kernels: force a family)."""
+                   head_tokens: int = 0, threads: int | None = None, thread_grain: int | None = None):
+    """The code generator's options for this board (kernels: force a family; threads: None
+    for the board's default)."""
     from generator.codegen import plan
     return plan.Options(board=board["name"], kv_window=kv_window,
                         kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
                         board_data=board, kernels=kernels or kernel_family(board),
-                        head_tokens=head_tokens)
+                        head_tokens=head_tokens, threads=threads or default_threads(board),
+                        **({"thread_grain": thread_grain} if thread_grain is not None else {}))
 
 
 def generate_engine(board: dict, archive_path: str, out_dir: str, incbin_path: str | None = None,
-                    kv_window: int | None = None, kernels: str | None = None, head_tokens: int = 0):
+                    kv_window: int | None = None, kernels: str | None = None, head_tokens: int = 0,
+                    threads: int | None = None, thread_grain: int | None = None):
     """Render the board's engine into out_dir, as `scons` and `python -m generator emit` do:
     the board's kernel family and text limit, a linker script on bare metal, a
     non-executable-stack note on Linux.  Returns the engine plan."""
     from generator.codegen import pipeline
-    opts = engine_options(board, kv_window=kv_window, kernels=kernels, head_tokens=head_tokens)
+    opts = engine_options(board, kv_window=kv_window, kernels=kernels, head_tokens=head_tokens,
+                          threads=threads, thread_grain=thread_grain)
     return pipeline.generate(archive_path, out_dir, opts, incbin_path=incbin_path,
                              gnu_stack=board["os"] == "linux")
 

@@ -72,7 +72,9 @@ def _engine_action(target, source, env):
                                         incbin_path=archive.abspath if os.path.isabs(archive.path) else archive.path,
                                         kv_window=int(kvw) if kvw else None,
                                         kernels=env.get("NEEDLE_KERNELS") or None,
-                                        head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)))
+                                        head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)),
+                                        threads=int(env.get("NEEDLE_THREADS") or 0) or None,
+                                        thread_grain=int(env["NEEDLE_THREAD_GRAIN"]) if env.get("NEEDLE_THREAD_GRAIN", "") != "" else None)
     except CactError as exc:
         print(f"scons: error: {archive.path}: {exc}", file=sys.stderr)
         return 2
@@ -179,7 +181,7 @@ def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
                                    varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",
-                                            "NEEDLE_HEAD_TOKENS"]),
+                                            "NEEDLE_HEAD_TOKENS", "NEEDLE_THREADS", "NEEDLE_THREAD_GRAIN"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,

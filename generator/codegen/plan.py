@@ -43,6 +43,8 @@ class Options:
     board_data: dict | None = None     # the whole board file (bare metal: regions, stack)
     kernels: str = "scalar"            # kernel family (templates/kernels/<family>.c.j2)
     head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
+    threads: int = 1                   # most threads a step uses (Linux boards: a pthread pool)
+    thread_grain: int = 32768          # least weight bytes a thread takes when a product is split
 
 
 #: Placement `file`: the address the archive file is mapped at (boards may say otherwise),
@@ -231,6 +233,8 @@ class EnginePlan:
 
     provenance: Provenance
     kernel_family: str                  # templates/kernels/<family>.c.j2
+    threads: int                        # NEEDLE_THREADS: 1, or a pool of threads - 1 workers
+    thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     archive_tag: int                    # the archive's first word, checked at boot
@@ -510,6 +514,21 @@ def archive_map_address(board: dict) -> int:
     return board["archive"].get("map_address", DEFAULT_MAP_ADDRESS)
 
 
+MAX_THREADS = 64
+
+
+def check_threads(opts: Options) -> int:
+    """The engine's thread count: 1 everywhere, up to MAX_THREADS on Linux boards."""
+    n = opts.threads
+    board = opts.board_data
+    if not 1 <= n <= MAX_THREADS:
+        raise CactError(f"threads={n}: give 1 to {MAX_THREADS}")
+    if n > 1 and board and board["os"] != "linux":
+        raise CactError(f"threads={n}: board {opts.board} is bare metal, and its engine runs on one core "
+                        "(drop threads=)")
+    return n
+
+
 def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> EnginePlan:
     gen = a.generation
     h = a.header
@@ -553,6 +572,8 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
                               generator_version=__version__, board=opts.board,
                               kv_window_option=opts.kv_window),
         kernel_family=opts.kernels,
+        threads=check_threads(opts),
+        thread_grain=opts.thread_grain,
         warnings=tuple(warnings),
         generation=gen,
         archive_tag=h["tag"],
