@@ -170,7 +170,8 @@ def _sdk_action(target, source, env):
     with open(source[0].abspath, "rb") as fh:
         sha256 = hashlib.sha256(fh.read()).hexdigest()
     return _refused(f"SDK of board {env['NEEDLE_BOARD']}",
-                    lambda: sdk.write_metadata(_board(env), sdk_dir, sha256, env.get("cc", "gcc")))
+                    lambda: sdk.write_metadata(_board(env), sdk_dir, sha256, env.get("cc", "gcc"),
+                                               int(env.get("NEEDLE_THREADS") or 1)))
 
 
 def _sdk_str(target, source, env):
@@ -190,7 +191,7 @@ def generate(env):
         action=SCons.Action.Action(_images_action, _images_str, varlist=["NEEDLE_BOARD", "libc"]),
         emitter=_images_emitter)
     env["BUILDERS"]["NeedleSdk"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc"]),
+        action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc", "NEEDLE_THREADS"]),
         emitter=_sdk_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))

@@ -87,14 +87,14 @@ def _processor(board: dict) -> str:
     return next((v for k, v in PROCESSORS.items() if arch.startswith(k)), arch)
 
 
-def context(board: dict, sha256: str, host_cc: str = "gcc") -> dict:
-    """What the templates of templates/sdk/ read."""
+def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) -> dict:
+    """What the templates of templates/sdk/ read (threads: the engine's NEEDLE_THREADS)."""
     from generator import __version__
     bare = board["os"] == "none"
     link = flags.link_flags(board, "@LDSCRIPT@") if bare else flags.link_flags(board)
     arch = list(board["arch_flags"])
     # needle::needle / needle.pc: the flags that must match the library's objects
-    needle_link = [f for f in link if f in arch or f == "-static"]
+    needle_link = [f for f in link if f in arch or f == "-static"] + (["-pthread"] if threads > 1 else [])
     # needle::board / needle-board.pc: the start-up files, linker script and entry on top
     board_link = [f for f in link if f not in needle_link] + [f"-Wl,--undefined={BOARD_ENTRY}"]
     arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
@@ -115,9 +115,9 @@ def context(board: dict, sha256: str, host_cc: str = "gcc") -> dict:
     }
 
 
-def write_metadata(board: dict, sdk_dir: str, sha256: str, host_cc: str = "gcc") -> list[str]:
+def write_metadata(board: dict, sdk_dir: str, sha256: str, host_cc: str = "gcc", threads: int = 1) -> list[str]:
     """Render pkg-config, CMake and header files into sdk_dir; returns the paths written."""
-    ctx = context(board, sha256, host_cc)
+    ctx = context(board, sha256, host_cc, threads)
     written = []
     for template, rel in metadata_files(board).items():
         path = os.path.join(sdk_dir, rel)
