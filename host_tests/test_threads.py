@@ -6,6 +6,9 @@ golden archives exercise the pool (the default grain leaves their small products
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -99,3 +102,22 @@ def test_default_threads_come_from_the_board(board_error):
     assert 1 <= boards.default_threads(boards.load("host")) <= 64
     msg = board_error("watch-m4", lambda t: t.replace('kernels = "mdsp"', 'kernels = "mdsp"\ncores = 2'))
     assert "cores (the threads an engine uses by default) is for Linux boards: 1 to 64" in msg
+
+
+def test_default_threads_stop_at_the_processors_the_process_may_use(tmp_path):
+    """NEEDLE_THREADS is a ceiling: by default a step uses no more threads than the CPUs of
+    the process's affinity (taskset); an explicit --threads is taken as given."""
+    if not shutil.which("taskset"):
+        pytest.skip("taskset (util-linux) is not installed")
+    board, exe = build("host", "tiny", 3, tmp_path / "build")
+
+    def threads(*args):
+        proc = subprocess.run([*args, str(exe), "--bench", "1"], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])["threads"]
+    assert threads("taskset", "-c", "0") == 1
+    cpus = len(os.sched_getaffinity(0))
+    assert threads("env") == min(3, cpus)
+    proc = subprocess.run(["taskset", "-c", "0", str(exe), "--threads", "3", "--bench", "1"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["threads"] == 3
