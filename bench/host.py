@@ -72,6 +72,27 @@ def run_engine(cmd: str, n: int, env: dict | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+DEMO_TOOLS = Path(__file__).resolve().parent.parent / "demo" / "tools.json"
+DEMO_QUERY = "what's the weather like in Lagos right now?"   # SConstruct's DEMO_ARGS
+PROMPT_TOKENS = 128        # the prompt length prefill_tok_s_128 is measured on
+
+
+def time_to_first_token(cmd: str) -> dict:
+    """The demo tool prompt (demo/tools.json and the demo query) through the service, one new
+    token: the engine's own prefill and first-token times (docs/serve.md), without process
+    start-up and archive check."""
+    request = json.dumps({"query": DEMO_QUERY, "max_new": 1}) + "\n"
+    try:
+        out = subprocess.run(shlex.split(cmd) + ["--serve", "--tools", str(DEMO_TOOLS)], input=request,
+                             capture_output=True, text=True, timeout=3600)
+    except OSError as exc:
+        raise CactError(f"cannot run the engine {cmd!r}: {exc.strerror}") from None
+    answer = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+    if out.returncode or not answer.get("ok"):
+        raise CactError(f"engine service failed: {out.stderr.strip() or answer.get('error') or out.returncode}")
+    return {"ms": answer["prefill_ms"] + answer["decode_ms"], "prompt_tokens": answer["prompt_tokens"]}
+
+
 def run_reference(archive, n: int) -> dict:
     from generator.model import Needle2
     m = Needle2(archive, "a8")
@@ -207,6 +228,10 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
             scalar_runs.append(run_engine(scalar_cmd, n))
     eng = best_of(fast_runs)
     one = best_of(one_thread_runs) if one_thread_runs else eng
+    # time to the first token of the demo tool prompt, and prefill of a 128-token prompt
+    ttft = min((time_to_first_token(engine_cmd) for _ in range(repeats)), key=lambda r: r["ms"])
+    long_n = min(PROMPT_TOKENS, a.header["max_seq_len"] // 2)
+    prefill_long = max(run_engine(engine_cmd, long_n)["prefill_tok_s"] for _ in range(repeats))
     if not scalar_cmd and eng.get("kernels", "scalar") != "scalar":
         raise CactError(f"the engine runs the {eng['kernels']} kernels: give --scalar-engine "
                         "(an engine built with kernels=scalar) for the comparison")
@@ -220,6 +245,8 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
         "decode_speedup_vs_1thread": round(eng["decode_tok_s"] / one["decode_tok_s"], 2),
         "prefill_speedup_vs_1thread": round(eng["prefill_tok_s"] / one["prefill_tok_s"], 2),
         "decode_tok_s": eng["decode_tok_s"], "prefill_tok_s": eng["prefill_tok_s"],
+        f"prefill_tok_s_{long_n}": prefill_long,
+        "time_to_first_token_ms": round(ttft["ms"], 3), "time_to_first_token_prompt_tokens": ttft["prompt_tokens"],
         "decode_tok_s_scalar": sca["decode_tok_s"], "prefill_tok_s_scalar": sca["prefill_tok_s"],
         "decode_speedup_vs_scalar": round(eng["decode_tok_s"] / sca["decode_tok_s"], 2),
         "prefill_speedup_vs_scalar": round(eng["prefill_tok_s"] / sca["prefill_tok_s"], 2),
@@ -243,6 +270,8 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
     for k in ("prefill", "decode"):
         print(f"{k + ' tokens/s':24s} {result[k + '_tok_s']:12.2f} {result[k + '_tok_s_scalar']:12.2f} "
               f"{result[k + '_tok_s_reference']:12.2f} {result[k + '_speedup_vs_scalar']:9.2f}x")
+    print(f"demo tool prompt ({ttft['prompt_tokens']} tokens): first token after {ttft['ms']:.2f} ms; "
+          f"prefill of a {long_n}-token prompt {prefill_long:.2f} tok/s")
     if threads > 1:
         print(f"{threads} threads against 1: decode {result['decode_tok_s_1thread']:.2f} -> "
               f"{result['decode_tok_s']:.2f} tok/s ({result['decode_speedup_vs_1thread']:.2f}x), prefill "

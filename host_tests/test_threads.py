@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,22 @@ def test_default_threads_stop_at_the_processors_the_process_may_use(tmp_path):
     proc = subprocess.run(["taskset", "-c", "0", str(exe), "--threads", "3", "--bench", "1"], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["threads"] == 3
+
+
+def test_time_bench_reports_threads_first_token_and_long_prefill(tmp_path):
+    """bench.host's time mode (scons bench=1 on the host): the same engine on one thread beside
+    its default, the demo tool prompt's time to first token and a 128-token prefill, in the
+    last-line JSON.  Figures only: timed, never compared (the machine is shared)."""
+    board = boards.load("host")
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path}", "threads=2",
+          "kernels=scalar")
+    proc = subprocess.run([sys.executable, "-m", "bench.host", str(GOLDEN / "tiny" / "archive.cact"),
+                           "--engine", str(tmp_path / "needle"), "--board", board["name"], "--tokens", "4"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["threads"] == min(2, len(os.sched_getaffinity(0)))
+    for key in ("decode_tok_s_1thread", "prefill_tok_s_1thread", "prefill_tok_s_128", "time_to_first_token_ms"):
+        assert result[key] > 0, key
+    assert result["time_to_first_token_prompt_tokens"] > 50     # the demo tools block and query
+    assert "first token after" in proc.stdout
