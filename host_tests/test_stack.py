@@ -123,6 +123,17 @@ def test_worst_stack_counts_library_functions(m7_build):
     assert f"own code alone: {own.bytes:,})" in report
     assert "__kernel_rem_pio2" in next(line for line in report.splitlines() if "worst stack path" in line)
     assert "stack guard: MPU region, 1,024 bytes below the stack" in report
+
+
+def test_only_relocated_words_are_function_pointers(m7_build):
+    """The image keeps its relocations (-Wl,--emit-relocs), so the functions called through a
+    pointer are exactly those whose address the code stores: the CLI's token hook and the
+    --bench SysTick handler.  A number in a table that happens to equal a function's address
+    (weights, tokenizer tables) is not one; with the older word scan a Needle 3 archive's
+    table made main look address-taken and refused the build as recursive."""
+    board, build = m7_build
+    disasm = elfcheck.disassemble(str(build / "needle.elf"), board["toolchain_prefix"] + "objdump")
+    assert disasm.address_taken == {"cli_token", "systick_wrap"}
     # indirect calls are bounded by the functions whose address the image takes (the CLI's hook)
     assert "cli_token" in disasm.address_taken and "needle_generate" in disasm.indirect
 

@@ -151,6 +151,7 @@ class Disassembly:
     indirect: set = field(default_factory=set)      # names with a blx/bx through a register
     dynamic: set = field(default_factory=set)       # names that move SP by a register amount
     address_taken: set = field(default_factory=set)
+    movw_taken: set = field(default_factory=set)     # of those, the ones a movw/movt pair loads
 
 
 _REGLIST_RE = re.compile(r"\{([^}]*)\}")
@@ -205,7 +206,8 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
     their own); its callees are the functions its bl and its branches to another function's
     first instruction (tail calls) name."""
     d = Disassembly()
-    words: set = set()              # literal-pool words and movw/movt values
+    words: set = set()              # literal-pool words
+    movw_words: set = set()         # movw/movt values
     starts: dict = {}               # function start address -> name
     movw: dict = {}
     name = None
@@ -230,9 +232,9 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
             if value is not None:
                 if mnemonic.startswith("movw"):
                     movw[reg] = value
-                    words.add(value)
+                    movw_words.add(value)
                 elif reg in movw:
-                    words.add((value << 16) | movw[reg])
+                    movw_words.add((value << 16) | movw[reg])
             continue
         delta = frame_delta(mnemonic, operands)
         if delta is None:
@@ -249,8 +251,41 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
             if t and (t.group(1) != name or mnemonic.startswith("bl")):
                 d.callees[name].add(t.group(1))
     words -= skip_words or set()
-    d.address_taken = {starts[w & ~1] for w in words if w & 1 and (w & ~1) in starts}
+    d.movw_taken = {starts[w & ~1] for w in movw_words if w & 1 and (w & ~1) in starts}
+    d.address_taken = {starts[w & ~1] for w in words if w & 1 and (w & ~1) in starts} | d.movw_taken
     return d
+
+
+# ARM relocations that store a symbol's address in data or a literal pool (R_ARM_ABS32,
+# R_ARM_TARGET1), as opposed to calls and branches.
+_ADDRESS_RELOCS = (2, 38)
+
+
+def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
+    """Functions whose address a word of the loaded image holds by relocation, read from the
+    relocations the link keeps (-Wl,--emit-relocs: generator.build.flags).  Exact: numbers
+    that merely equal an address (tokenizer tables, packed weights) are not pointers.  The
+    vector table does not make its handlers callable through a pointer.  None when the image
+    kept no relocations."""
+    from elftools.elf.relocation import RelocationSection
+    taken, found = set(), False
+    for sec in elf.iter_sections():
+        if not isinstance(sec, RelocationSection):
+            continue
+        target = elf.get_section(sec["sh_info"])
+        if not target["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+            continue               # debug information names functions too
+        found = True
+        if target.name == ".vectors" or target["sh_type"] == "SHT_NOBITS":
+            continue
+        data = target.data()
+        for rel in sec.iter_relocations():
+            off = rel["r_offset"] - target["sh_addr"]
+            if rel["r_info_type"] in _ADDRESS_RELOCS and 0 <= off <= len(data) - 4:
+                (w,) = struct.unpack_from("<I", data, off)
+                if w & 1 and (w & ~1) in starts:
+                    taken.add(starts[w & ~1])
+    return taken if found else None
 
 
 def disassemble(elf_path: str, objdump: str) -> Disassembly:
@@ -276,7 +311,12 @@ def disassemble(elf_path: str, objdump: str) -> Disassembly:
                 data_words |= {w for (w,) in struct.iter_unpack("<I", data[:len(data) // 4 * 4])}
     d = parse_disassembly(proc.stdout, skip)
     starts = _function_starts(elf_path)
-    d.address_taken |= {starts[w & ~1] for w in data_words - skip if w & 1 and (w & ~1) in starts}
+    with open(elf_path, "rb") as fh:
+        relocated = _relocated_addresses(ELFFile(fh), starts)
+    if relocated is not None:      # exact: what relocations store, and movw/movt pairs
+        d.address_taken = relocated | d.movw_taken
+    else:                          # no relocations kept: every word equal to an address counts
+        d.address_taken |= {starts[w & ~1] for w in data_words - skip if w & 1 and (w & ~1) in starts}
     return d
 
 

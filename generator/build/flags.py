@@ -37,7 +37,9 @@ def link_flags(board: dict, script: str | None = None, map_file: str | None = No
     if board["os"] == "none":
         if not script:
             raise ValueError(f"board {board['name']} is bare metal: give its linker script")
-        flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", f"-T{script}"]
+        # --emit-relocs: the image keeps its relocations (not loaded), so the post-link check
+        # knows which words are function pointers (generator.build.elfcheck, worst stack)
+        flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-Wl,--emit-relocs", f"-T{script}"]
         if map_file:
             flags.append(f"-Wl,-Map={map_file}")
     elif board["toolchain_prefix"] or board.get("toolchain") == "zig":
