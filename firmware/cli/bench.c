@@ -58,7 +58,9 @@ int needle_bench(uint32_t tokens)
     const int count = mode && !strcmp(mode, "count");
     const float *lg = 0;
     needle_reset();
-    if (count) {               /* deterministic: no clock, no memcpy, no float printing */
+    if (count) {               /* deterministic: no clock, no memcpy, no float printing, and
+                                * one thread (waiting workers would add a varying count) */
+        needle_set_threads(1);
         uint32_t id = NEEDLE_BOS_ID;
         for (uint32_t t = 0; t < 2 * tokens; t++) {
             if (t > 0) id = t < tokens ? (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB) : argmax(lg);
