@@ -152,6 +152,7 @@ class Disassembly:
     dynamic: set = field(default_factory=set)       # names that move SP by a register amount
     address_taken: set = field(default_factory=set)
     movw_taken: set = field(default_factory=set)     # of those, the ones a movw/movt pair loads
+    pool_words: set = field(default_factory=set)     # literal-pool words (addresses or numbers)
 
 
 _REGLIST_RE = re.compile(r"\{([^}]*)\}")
@@ -251,6 +252,7 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
             if t and (t.group(1) != name or mnemonic.startswith("bl")):
                 d.callees[name].add(t.group(1))
     words -= skip_words or set()
+    d.pool_words = words
     d.movw_taken = {starts[w & ~1] for w in movw_words if w & 1 and (w & ~1) in starts}
     d.address_taken = {starts[w & ~1] for w in words if w & 1 and (w & ~1) in starts} | d.movw_taken
     return d
@@ -298,25 +300,26 @@ def disassemble(elf_path: str, objdump: str) -> Disassembly:
                         f"disassembly): {exc.strerror}; install the board's toolchain_package") from None
     if proc.returncode:
         raise CactError(f"{objdump} -d {elf_path} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    # words of initialised data equal to a function's address also take it; the vector table
-    # (.vectors) does not make its handlers callable through a pointer.
-    skip, data_words = set(), set()
+    d = parse_disassembly(proc.stdout)
+    starts = _function_starts(elf_path)
     with open(elf_path, "rb") as fh:
         elf = ELFFile(fh)
+        relocated = _relocated_addresses(elf, starts)
+        if relocated is not None:  # exact: what relocations store, and movw/movt pairs
+            d.address_taken = relocated | d.movw_taken
+            return d
+        # no relocations kept: every word of initialised data or a literal pool equal to a
+        # function's address takes it; the vector table (.vectors) does not make its handlers
+        # callable through a pointer
+        skip, data_words = set(), set()
         for sec in elf.iter_sections():
             if sec.name == ".vectors":
                 skip |= {w for (w,) in struct.iter_unpack("<I", sec.data()[:sec["sh_size"] // 4 * 4])}
             elif sec.name in (".data", ".rodata") and sec["sh_type"] != "SHT_NOBITS":
                 data = sec.data()
                 data_words |= {w for (w,) in struct.iter_unpack("<I", data[:len(data) // 4 * 4])}
-    d = parse_disassembly(proc.stdout, skip)
-    starts = _function_starts(elf_path)
-    with open(elf_path, "rb") as fh:
-        relocated = _relocated_addresses(ELFFile(fh), starts)
-    if relocated is not None:      # exact: what relocations store, and movw/movt pairs
-        d.address_taken = relocated | d.movw_taken
-    else:                          # no relocations kept: every word equal to an address counts
-        d.address_taken |= {starts[w & ~1] for w in data_words - skip if w & 1 and (w & ~1) in starts}
+    d.address_taken = d.movw_taken | {starts[w & ~1] for w in (d.pool_words | data_words) - skip
+                                      if w & 1 and (w & ~1) in starts}
     return d
 
 
