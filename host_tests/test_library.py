@@ -94,7 +94,7 @@ def test_example_equals_the_board_cli(name, how, sdks, tmp_path):
     cli = build / ("needle.elf" if board["os"] == "none" else "needle")
     common = ["--tools", str(tools), "--query", QUERY, "--max-new", str(MAX_NEW)]
     ids = run_on(board, cli, common + ["--ids"], archive, tmp_path)
-    text = run_on(board, cli, common, archive, tmp_path)
+    text = run_on(board, cli, common + ["--raw"], archive, tmp_path)
     assert ids.returncode == 0 and text.returncode == 0, ids.stderr + text.stderr
     assert lines[0] == "ids: " + ids.stdout.decode().strip()
     assert len(lines[0].split(",")) == MAX_NEW          # the random demo weights never pick EOS

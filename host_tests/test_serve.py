@@ -231,8 +231,8 @@ def test_strings_are_escaped_and_ids_echoed_as_written(needle):
 
 def test_tool_queries_equal_the_cli(needle):
     tools = json.loads(TOOLS.read_text())
-    cli = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--max-new", "24")
-    cli_sys = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--system", "Be brief.", "--plain-markers",
+    cli = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--max-new", "24", "--raw")
+    cli_sys = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--system", "Be brief.", "--plain-markers", "--raw",
                        "--max-new", "24")
     a = serve_pipe(needle, [request(query=QUERY, max_new=24),
                             request(reset=True),

@@ -1,8 +1,11 @@
 /* needle: the command-line front end of a generated engine (Linux boards and the host).
  *
  *   needle --prompt TEXT [--max-new N] [--ids]  greedy continuation, streamed (--ids: as token ids)
- *   needle --tools FILE.json --query TEXT       tool-calling prompt (docs/spec/prompt-and-tokenizer.md §4)
- *          [--system TEXT] [--max-new N]
+ *   needle --tools FILE.json --query TEXT       one tool-calling turn (docs/spec/prompt-and-tokenizer.md §4):
+ *          [--system TEXT] [--max-new N]        decoding constrained by the tools' grammar, and
+ *          [--force-call]                       the envelope as one JSON line (docs/grammar.md);
+ *                                               --force-call: the answer is a call, at least one
+ *          [--raw]                              plain greedy text as the model writes it (--ids: ids)
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
  *   needle --tokens 2,17,5 [--logits FILE]      teacher-forced; logits as raw LE float32 [T][vocab]
@@ -40,6 +43,7 @@
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
+#include "needle_tool_call.h"
 #include "bench.h"
 #include "serve.h"
 
@@ -50,6 +54,7 @@ static uint32_t ids[NEEDLE_MAX_SEQ];
 static int print_ids;   /* --ids: print generated token ids instead of text */
 static char tools_json[TOOLS_FILE_MAX + 1];
 static char prompt[PROMPT_MAX + 1];
+static needle_grammar grammar;
 
 static int fail_stdout(void)
 {
@@ -275,11 +280,31 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
     return hal_out_status() ? fail_stdout() : 0;
 }
 
+static void out_put(void *user, const char *s, size_t n) { (void)user; hal_out(s, n); }
+
+/* One constrained turn (needle_tool_call.h): the prompt encoded, the call decoded, the envelope printed. */
+static int call_turn(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
+                     uint32_t max_new)
+{
+    char err[256];
+    ids[0] = NEEDLE_BOS_ID;
+    int32_t n = needle_tok_encode_spans(text, len, ids + 1, NEEDLE_MAX_SEQ - 2, plain, n_plain);
+    if (n == NEEDLE_TOK_E_UTF8) return hal_fail(2, "prompt is not valid UTF-8");
+    if (n < 0) return hal_fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
+                              "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
+    static needle_envelope env;
+    if (needle_call_turn(&grammar, ids, (uint32_t)n + 1u, max_new, NULL, NULL, &env, err, sizeof err))
+        return hal_fail(2, "%s", err);
+    needle_envelope_write(&env, ids, out_put, NULL);
+    hal_out("\n", 1);
+    return hal_out_status() ? fail_stdout() : 0;
+}
+
 static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
-          "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N] [--ids]\n"
-          "              [--plain-markers]\n"
+          "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
+          "              [--force-call | --raw | --ids] [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
@@ -312,10 +337,11 @@ static int cli(int argc, char **argv)
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL, *archive = NULL, *socket_path = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0;
-    int info = 0, max_new_given = 0, plain_markers = 0, serving = 0;
+    int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
-                                        "--plain-markers", "--archive", "--serve", "--socket", "--threads" };
+                                        "--plain-markers", "--archive", "--serve", "--socket", "--threads",
+                                        "--raw", "--force-call" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -348,6 +374,10 @@ static int cli(int argc, char **argv)
             print_ids = 1;
         } else if (!strcmp(a, "--plain-markers")) {
             plain_markers = 1;
+        } else if (!strcmp(a, "--raw")) {
+            raw = 1;
+        } else if (!strcmp(a, "--force-call")) {
+            force_call = 1;
         } else if (!strcmp(a, "--serve")) {
             serving = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -372,6 +402,10 @@ static int cli(int argc, char **argv)
     if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
     if ((tools || query) && !serving && (!tools || !query)) return hal_fail(2, "--tools and --query go together");
+    if ((raw || force_call) && !(tools && query))
+        return hal_fail(2, "--raw and --force-call go with --tools and --query");
+    if (raw && force_call) return hal_fail(2, "--force-call constrains the call and --raw turns the grammar off: choose one");
+    if (print_ids && force_call) return hal_fail(2, "--ids prints the plain greedy ids (like --raw): drop --force-call");
 #ifdef NEEDLE_ARCHIVE_FILE
     if (!archive) return hal_fail(2, "this engine reads its archive from a file: pass --archive PATH");
 #else
@@ -403,7 +437,12 @@ static int cli(int argc, char **argv)
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
         if (n < 0) return hal_fail(2, "%s: %s", tools, err);
-        if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
+        if (!serving && (raw || print_ids)) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
+        if (!serving) {
+            if (needle_grammar_compile(&grammar, tools_json, tools_len, force_call, err, sizeof err))
+                return hal_fail(2, "%s: %s", tools, err);
+            return call_turn(prompt, (size_t)n, plain, n_plain, max_new);
+        }
     }
     if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);
     return generate(text, strlen(text), NULL, 0, max_new, max_new_given);

@@ -1,0 +1,358 @@
+/* needle_tool_call.c -- one constrained tool-calling turn and its envelope; see needle_tool_call.h and
+ * docs/grammar.md.  Twin of generator/tools/decode.py. */
+#if defined(__linux__)
+#define _POSIX_C_SOURCE 199309L   /* clock_gettime */
+#endif
+#include "needle_tool_call.h"
+
+#include <string.h>
+
+#include "needle_model.h"
+#include "needle_tokenizer.h"
+
+#if defined(__linux__)
+#include <time.h>
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+#else
+static double seconds(void) { return -1.0; }   /* no clock on bare metal: timings are null */
+#endif
+
+enum { PH_FREE, PH_CALL, PH_CLOSE, PH_END, PH_DONE };
+
+typedef struct {
+    const needle_grammar *g;
+    needle_gstate st, next;
+    int phase;
+    uint32_t budget;        /* tokens that may still be chosen, the <|im_end|> included */
+    uint32_t list_min;      /* bytes of the shortest call list */
+    uint32_t n;             /* candidate ids: min(NEEDLE_OUT_VOCAB, pieces) */
+    int32_t call_open, call_close, im_start, im_end;
+    uint64_t checks;
+} call_decoder;
+
+static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
+
+/* Feed the bytes a piece writes into a call (U+2581 as a space; a BYTE piece as its byte).
+ * 0, or -1 when the grammar refuses them (or the piece writes none). */
+static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id)
+{
+    size_t len;
+    int type = needle_tok_piece_type(id);
+    const uint8_t *p = needle_tok_piece(id, &len);
+    if (type == NEEDLE_TOK_BYTE) {
+        unsigned v = 0;
+        for (size_t i = 3; i < 5; i++) v = v * 16u + (unsigned)(p[i] <= '9' ? p[i] - '0' : (p[i] | 0x20) - 'a' + 10);
+        return needle_grammar_feed(g, s, (uint8_t)v);
+    }
+    if (type != NEEDLE_TOK_NORMAL || len == 0) return -1;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t b = p[i];
+        if (b == 0xE2 && i + 2 < len && p[i + 1] == 0x96 && p[i + 2] == 0x81) { b = ' '; i += 2; }
+        if (needle_grammar_feed(g, s, b)) return -1;
+    }
+    return 0;
+}
+
+/* Is id allowed now?  In the call phase the state after it is left in d->next. */
+static int allowed(call_decoder *d, uint32_t id)
+{
+    const uint32_t R = d->budget;
+    switch (d->phase) {
+    case PH_FREE:
+        if ((int32_t)id == d->call_open) return R - 1u >= d->list_min + 2u;
+        if (d->g->force_call || R - 1u < 1u + d->list_min + 2u) return 0;
+        if ((int32_t)id == d->im_start || (int32_t)id == d->im_end || (int32_t)id == d->call_close) return 0;
+        {
+            int t = needle_tok_piece_type(id);
+            return t != NEEDLE_TOK_UNKNOWN && t != NEEDLE_TOK_CONTROL;
+        }
+    case PH_CALL:
+        if ((int32_t)id == d->call_close) return needle_grammar_done(&d->st) && R - 1u >= 1u;
+        d->checks++;
+        d->next.depth = d->st.depth;
+        memcpy(d->next.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
+        if (feed_piece(d->g, &d->next, id)) return 0;
+        return needle_grammar_min_bytes(d->g, &d->next) + 2u <= R - 1u;
+    case PH_CLOSE: return (int32_t)id == d->call_close;
+    default: return (int32_t)id == d->im_end;
+    }
+}
+
+/* The allowed id with the largest logit (the lowest id on a tie): candidates are tried in
+ * that order, each pass finding the next one, until one is allowed. */
+static int choose(call_decoder *d, const float *lg, uint32_t *out)
+{
+    int have_prev = 0;
+    float prev_l = 0.0f;
+    uint32_t prev_i = 0;
+    for (;;) {
+        int found = 0;
+        uint32_t best = 0;
+        for (uint32_t i = 0; i < d->n; i++) {
+            if (have_prev && !(lg[i] < prev_l || (lg[i] == prev_l && i > prev_i))) continue;
+            if (!found || lg[i] > lg[best]) { best = i; found = 1; }
+        }
+        if (!found) return -1;
+        if (allowed(d, best)) { *out = best; return 0; }
+        have_prev = 1;
+        prev_l = lg[best];
+        prev_i = best;
+    }
+}
+
+static void push(call_decoder *d, uint32_t id)
+{
+    d->budget--;
+    if (d->phase == PH_FREE) {
+        if ((int32_t)id == d->call_open) d->phase = PH_CALL;
+    } else if (d->phase == PH_CALL) {
+        if ((int32_t)id == d->call_close) d->phase = PH_END;
+        else d->st = d->next;   /* allowed() left the state after id there */
+    } else if (d->phase == PH_END) {
+        d->phase = PH_DONE;
+    }
+}
+
+static int fail(char *err, size_t cap, const char *a, uint32_t x, const char *b, uint32_t y, const char *c)
+{
+    char num[2][12];
+    uint32_t v[2] = { x, y };
+    for (int k = 0; k < 2; k++) {
+        size_t n = 0;
+        char tmp[12];
+        do { tmp[n++] = (char)('0' + v[k] % 10u); v[k] /= 10u; } while (v[k]);
+        for (size_t i = 0; i < n; i++) num[k][i] = tmp[n - 1 - i];
+        num[k][n] = 0;
+    }
+    const char *parts[5] = { a, b ? num[0] : "", b ? b : "", c ? num[1] : "", c ? c : "" };
+    size_t at = 0;
+    for (int k = 0; k < 5; k++)
+        for (const char *s = parts[k]; *s; s++, at++) if (at + 1 < cap) err[at] = *s;
+    if (cap) err[at < cap ? at : cap - 1] = 0;
+    return -1;
+}
+
+/* A message without numbers. */
+#define FAIL(err, cap, msg) fail(err, cap, msg, 0, NULL, 0, NULL)
+
+int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,
+                     int (*on_token)(void *user, uint32_t id), void *user,
+                     needle_envelope *env, char *err, size_t errcap)
+{
+    static call_decoder d;
+    memset(env, 0, sizeof *env);
+    memset(&d, 0, sizeof d);
+    d.g = g;
+    d.call_open = marker("<tool_call>");
+    d.call_close = marker("</tool_call>");
+    d.im_start = marker("<|im_start|>");
+    d.im_end = marker("<|im_end|>");
+    if (d.call_open < 0 || d.call_close < 0 || d.im_end < 0)
+        return FAIL(err, errcap, "the tokenizer has no <tool_call>, </tool_call> or <|im_end|> marker");
+    d.n = NEEDLE_OUT_VOCAB < NEEDLE_TOK_N_PIECES ? NEEDLE_OUT_VOCAB : NEEDLE_TOK_N_PIECES;
+    d.list_min = needle_grammar_list_min(g);
+    if (n == 0 || needle_position() + n >= NEEDLE_MAX_SEQ)
+        return fail(err, errcap, "the prompt takes ", n, " tokens: it must be shorter than max_seq_len ", NEEDLE_MAX_SEQ, "");
+    uint32_t room = NEEDLE_MAX_SEQ - needle_position() - n;
+    d.budget = max_new < room ? max_new : room;
+    uint32_t need = 1u + d.list_min + 2u;
+    if (d.budget < need)
+        return fail(err, errcap, "a call needs at least ", need, " tokens but only ", d.budget,
+                    " are left (raise --max-new or shorten the prompt)");
+    needle_grammar_start(g, &d.st);
+
+    double t0 = seconds();
+    const float *lg = NULL;
+    for (uint32_t t = 0; t < n; t++)
+        if (!(lg = needle_step(ids[t]))) return FAIL(err, errcap, needle_error());
+    double t1 = seconds();
+    uint32_t made = 0, from = 0, to = 0;
+    int have_conf = 0, think_open = marker("<think>"), think_close = marker("</think>");
+    for (;;) {
+        uint32_t id;
+        int in_call = d.phase == PH_CALL;
+        if (choose(&d, lg, &id))
+            return FAIL(err, errcap, "the grammar allows no token (a bug: please report the tool list)");
+        if (in_call) {
+            float p = needle_token_prob(lg, id);
+            if (!have_conf || p < env->confidence) env->confidence = p;
+            have_conf = 1;
+            if ((int32_t)id != d.call_close && env->calls_len < NEEDLE_CALL_MAX_JSON) {
+                size_t len;
+                int type = needle_tok_piece_type(id);
+                const uint8_t *p8 = needle_tok_piece(id, &len);
+                if (type == NEEDLE_TOK_BYTE) {
+                    unsigned v = 0;
+                    for (size_t i = 3; i < 5; i++) v = v * 16u + (unsigned)(p8[i] <= '9' ? p8[i] - '0' : (p8[i] | 0x20) - 'a' + 10);
+                    env->calls[env->calls_len++] = (char)v;
+                } else {
+                    for (size_t i = 0; i < len && env->calls_len < NEEDLE_CALL_MAX_JSON; i++) {
+                        if (p8[i] == 0xE2 && i + 2 < len && p8[i + 1] == 0x96 && p8[i + 2] == 0x81) {
+                            env->calls[env->calls_len++] = ' ';
+                            i += 2;
+                        } else env->calls[env->calls_len++] = (char)p8[i];
+                    }
+                }
+            }
+        }
+        if (d.phase == PH_FREE) {
+            if ((int32_t)id == think_open && !from) from = made + 1u;
+            else if ((int32_t)id == think_close && from && !to) to = made;
+        }
+        push(&d, id);
+        ids[n + made++] = id;
+        if (on_token && on_token(user, id)) return -1;
+        if (d.phase == PH_DONE) break;
+        if (!(lg = needle_step(id))) return FAIL(err, errcap, needle_error());
+    }
+    double t2 = seconds();
+    env->calls[env->calls_len] = 0;
+    env->is_call = env->calls_len > 2;
+    env->prompt_tokens = n;
+    env->generated_tokens = made;
+    if (from && !to) {   /* a think block left open: up to <tool_call> */
+        for (uint32_t i = from; i < made; i++) if ((int32_t)ids[n + i] == d.call_open) { to = i; break; }
+    }
+    env->reasoning_from = from ? n + from : 0;
+    env->reasoning_to = from ? n + to : 0;
+    env->prefill_s = t0 < 0 ? -1.0 : t1 - t0;
+    env->decode_s = t0 < 0 ? -1.0 : t2 - t1;
+    env->grammar_checks = d.checks;
+    return 0;
+}
+
+/* ---- the envelope as JSON ---------------------------------------------------------- */
+
+typedef struct {
+    void (*put)(void *user, const char *s, size_t n);
+    void *user;
+} out_t;
+
+static void puts_(const out_t *o, const char *s) { o->put(o->user, s, strlen(s)); }
+
+static void put_u(const out_t *o, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do { tmp[sizeof tmp - 1 - n++] = (char)('0' + v % 10u); v /= 10u; } while (v);
+    o->put(o->user, tmp + sizeof tmp - n, n);
+}
+
+/* A float in [0, 1] with 9 decimals, exactly rounded (half to even): Python's f"{x:.9f}". */
+static void put_prob(const out_t *o, float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    uint32_t e = bits >> 23 & 0xFFu, m = bits & 0x7FFFFFu;
+    if (e) m |= 0x800000u; else e = 1;
+    int shift = 150 - (int)e;                 /* x = m / 2^shift */
+    uint64_t num = (uint64_t)m * 1000000000u, q, r = 0, half;
+    if (shift <= 0) q = num << -shift;
+    else if (shift >= 64) { q = 0; r = num ? 1 : 0; }
+    else { q = num >> shift; r = num & ((1ull << shift) - 1u); }
+    if (shift > 0 && shift < 64) {
+        half = 1ull << (shift - 1);
+        if (r > half || (r == half && (q & 1u))) q++;
+    }
+    put_u(o, q / 1000000000u);
+    char frac[10];
+    uint64_t f = q % 1000000000u;
+    for (int i = 8; i >= 0; i--) { frac[i] = (char)('0' + f % 10u); f /= 10u; }
+    frac[9] = 0;
+    puts_(o, ".");
+    puts_(o, frac);
+}
+
+static void put_rate(const out_t *o, double tokens, double s)
+{
+    if (s <= 0.0) { puts_(o, "null"); return; }
+    uint64_t v = (uint64_t)(tokens / s * 10.0 + 0.5);
+    put_u(o, v / 10u);
+    char d[3] = { '.', (char)('0' + v % 10u), 0 };
+    puts_(o, d);
+}
+
+/* text[0..n) escaped for the inside of a JSON string (canonical escapes). */
+static void put_json_string(const out_t *o, const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)text[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (esc) puts_(o, esc);
+        else if (c < 0x20u) {
+            char u[7] = { '\\', 'u', '0', '0', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15], 0 };
+            puts_(o, u);
+        } else o->put(o->user, (const char *)&c, 1);
+    }
+}
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* The text of ids[0..n) as a JSON string, decoded piece by piece (no buffer for the whole
+ * text); strip: without leading and trailing ASCII whitespace (the reasoning). */
+static void put_decoded(const out_t *o, const uint32_t *ids, uint32_t n, int strip)
+{
+    static needle_tok_stream ts;
+    static char chunk[NEEDLE_TOK_STREAM_OUT_MAX];
+    char held[64];                 /* whitespace not yet known to be trailing */
+    size_t nheld = 0, len;
+    int started = 0;
+    puts_(o, "\"");
+    needle_tok_stream_init(&ts);
+    for (uint32_t i = 0; i <= n; i++) {
+        len = i < n ? needle_tok_stream_push(&ts, ids[i], chunk) : needle_tok_stream_finish(&ts, chunk);
+        for (size_t k = 0; k < len; k++) {
+            if (strip && is_ws(chunk[k])) {
+                if (!started) continue;
+                if (nheld == sizeof held) { put_json_string(o, held, nheld); nheld = 0; }
+                held[nheld++] = chunk[k];
+                continue;
+            }
+            started = 1;
+            if (nheld) { put_json_string(o, held, nheld); nheld = 0; }
+            put_json_string(o, chunk + k, 1);
+        }
+    }
+    puts_(o, "\"");
+}
+
+void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
+                           void (*put)(void *user, const char *s, size_t n), void *user)
+{
+    const out_t o = { put, user };
+    const uint32_t n = env->prompt_tokens;
+    puts_(&o, env->is_call ? "{\"type\":\"call\"" : "{\"type\":\"respond\"");
+    puts_(&o, ",\"success\":true,\"error\":null,\"error_code\":0,\"function_calls\":");
+    o.put(o.user, env->calls, env->calls_len);
+    puts_(&o, ",\"reasoning\":");
+    put_decoded(&o, ids + env->reasoning_from, env->reasoning_to - env->reasoning_from, 1);
+    puts_(&o, ",\"confidence\":");
+    put_prob(&o, env->confidence);
+    puts_(&o, ",\"confidence_source\":\"decoding\",\"prefill_tps\":");
+    put_rate(&o, (double)n, env->prefill_s);
+    puts_(&o, ",\"decode_tps\":");
+    put_rate(&o, (double)env->generated_tokens, env->decode_s);
+    puts_(&o, ",\"peak_ram_mb\":");
+    {
+        uint64_t bytes = (uint64_t)needle_state_bytes() + sizeof(needle_grammar) + sizeof(needle_gstate) * 2u;
+        uint64_t milli = (bytes * 1000u + 524288u) / 1048576u;
+        put_u(&o, milli / 1000u);
+        char d[5] = { '.', (char)('0' + milli / 100u % 10u), (char)('0' + milli / 10u % 10u), (char)('0' + milli % 10u), 0 };
+        puts_(&o, d);
+    }
+    puts_(&o, ",\"text\":");
+    put_decoded(&o, ids + n, env->generated_tokens, 0);
+    puts_(&o, ",\"prompt_tokens\":");
+    put_u(&o, n);
+    puts_(&o, ",\"generated_tokens\":");
+    put_u(&o, env->generated_tokens);
+    puts_(&o, ",\"grammar_checks\":");
+    put_u(&o, env->grammar_checks);
+    puts_(&o, "}");
+}

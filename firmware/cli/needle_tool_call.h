@@ -1,0 +1,49 @@
+/* needle_tool_call.h -- one tool-calling turn with constrained decoding, and its envelope
+ * (docs/grammar.md).  generator/tools/decode.py is the Python twin: the same archive,
+ * tool list, prompt and budget give the same tokens, the same call and the same
+ * confidence.
+ *
+ * The answer runs through four phases: free (the think block: any token but those that
+ * would end or break the turn), call (after <tool_call>: only tokens whose bytes keep the
+ * output a prefix of a valid call list, needle_grammar_feed), close (</tool_call>) and end
+ * (<|im_end|>, chosen but never fed).  A token is allowed only if the shortest completion
+ * after it, one token per byte, fits what is left of the budget, so the call is always
+ * complete.  Greedy: the allowed token with the largest logit, the lowest id on a tie.
+ */
+#ifndef NEEDLE_TOOL_CALL_H
+#define NEEDLE_TOOL_CALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "needle_tool_grammar.h"
+
+#define NEEDLE_CALL_MAX_JSON 4096u   /* bytes of the call list an envelope keeps */
+
+typedef struct {
+    int is_call;                 /* "type": 1 "call", 0 "respond" (the empty list) */
+    char calls[NEEDLE_CALL_MAX_JSON + 1];   /* the call list as generated: canonical JSON */
+    size_t calls_len;
+    uint32_t reasoning_from, reasoning_to;  /* the think block's ids: ids[from..to) */
+    float confidence;            /* the smallest probability of a call token (and </tool_call>) */
+    uint32_t prompt_tokens, generated_tokens;
+    double prefill_s, decode_s;  /* < 0 where the board has no clock */
+    uint64_t grammar_checks;     /* tokens tried against the grammar */
+} needle_envelope;
+
+/* Feed prompt ids[0..n) at the engine's next positions and decode one constrained turn of
+ * at most max_new tokens (fewer if the context is shorter) into ids[n..]; ids has room for
+ * NEEDLE_MAX_SEQ entries.  on_token (may be NULL) sees each chosen id as it is chosen.
+ * Returns 0 with *env filled, or -1 with a one-line message in err (the budget too small
+ * for a call, or the engine failed). */
+int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,
+                     int (*on_token)(void *user, uint32_t id), void *user,
+                     needle_envelope *env, char *err, size_t errcap);
+
+/* Write the envelope as one JSON line (no newline) through put(user, bytes, n): the
+ * official fields, then ours (docs/grammar.md, "Envelope").  ids: the prompt and the
+ * answer, as needle_call_turn left them. */
+void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
+                           void (*put)(void *user, const char *s, size_t n), void *user);
+
+#endif /* NEEDLE_TOOL_CALL_H */

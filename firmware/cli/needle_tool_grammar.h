@@ -1,0 +1,127 @@
+/* needle_tool_grammar.h -- the call grammar: tool schemas compiled into tables, and a byte-level
+ * pushdown matcher over them (docs/grammar.md).
+ *
+ * Hand-written, no heap, no stdio, no libm.  generator/tools/schema.py and grammar.py are
+ * the Python twins: the same tool list gives the same tables, the same one-line errors and
+ * the same matcher states, byte for byte.
+ *
+ * The grammar admits exactly the canonical compact JSON (json.dumps with separators ","
+ * and ":", ensure_ascii False) of a call list [{"name":N,"arguments":{...}},...] whose
+ * arguments follow their tool's schema.  Every state the matcher reaches can still be
+ * completed, and needle_grammar_min_bytes() gives the length of its shortest completion.
+ */
+#ifndef NEEDLE_TOOL_GRAMMAR_H
+#define NEEDLE_TOOL_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Table bounds (the RAM of a compiled grammar; docs/grammar.md lists the cost). A board
+ * may override them with -D (boards/<name>.toml, [grammar]). */
+#ifndef NEEDLE_GRAMMAR_TEXT_MAX
+#define NEEDLE_GRAMMAR_TEXT_MAX   (16u * 1024u)  /* bytes of the minified tool list */
+#endif
+#ifndef NEEDLE_GRAMMAR_MAX_NODES
+#define NEEDLE_GRAMMAR_MAX_NODES  256u           /* schemas (one node each) */
+#endif
+#ifndef NEEDLE_GRAMMAR_MAX_REFS
+#define NEEDLE_GRAMMAR_MAX_REFS   1024u          /* literals: names, keys, enum values */
+#endif
+#ifndef NEEDLE_GRAMMAR_MAX_ITEMS
+#define NEEDLE_GRAMMAR_MAX_ITEMS  512u           /* pattern items, all patterns together */
+#endif
+#ifndef NEEDLE_GRAMMAR_MAX_RANGES
+#define NEEDLE_GRAMMAR_MAX_RANGES 1024u          /* character ranges of the pattern items */
+#endif
+#define NEEDLE_GRAMMAR_MAX_TOOLS    32u   /* tools in one list (a candidate mask) */
+#define NEEDLE_GRAMMAR_MAX_PROPS    32u   /* properties of one object (seen/required masks) */
+#define NEEDLE_GRAMMAR_MAX_ALTS     64u   /* values of one enum (a candidate mask) */
+#define NEEDLE_GRAMMAR_PATTERN_ITEMS 63u  /* items of one pattern (a 64-bit position set) */
+#define NEEDLE_GRAMMAR_MAX_DEPTH    16u   /* open JSON values: list, call, arguments, ... */
+
+/* Node kinds (generator/tools/schema.py: LIT ... CALL). */
+enum { NG_LIT = 1, NG_INT, NG_NUM, NG_STR, NG_ARR, NG_OBJ, NG_CALLS, NG_CALL };
+
+typedef struct {
+    uint32_t off;           /* in needle_grammar.text */
+    uint32_t len;
+} needle_gref;
+
+typedef struct {
+    uint8_t kind;
+    uint8_t unique;         /* ARR: uniqueItems */
+    uint16_t n_ref;         /* LIT: values; CALL: tool names; OBJ: keys */
+    uint16_t ref0;          /* first of them in refs[] */
+    uint16_t child;         /* ARR, CALLS: the item node */
+    uint16_t sub0;          /* OBJ: node of each key; CALL: arguments node of each tool (subs[]) */
+    uint16_t item0, n_item; /* STR: pattern items in items[] (n_item 0: no pattern) */
+    uint16_t rest0;         /* STR: rest[] bytes from each pattern position (n_item + 1) */
+    uint32_t required;      /* OBJ: mask over keys */
+    int32_t min_len;        /* STR: characters; ARR, CALLS: items */
+    int32_t max_len;        /* -1: none */
+    int64_t lo, hi, mult;   /* INT, NUM: inclusive bounds and multipleOf in units (NUM: 1e-6) */
+    uint32_t min_bytes;     /* shortest valid text */
+} needle_gnode;
+
+typedef struct {
+    uint8_t kind;           /* NG_P_ONE, NG_P_OPT, NG_P_STAR */
+    uint8_t negate;
+    uint16_t range0, n_range;
+} needle_gitem;
+
+enum { NG_P_ONE = 0, NG_P_OPT, NG_P_STAR };
+
+typedef struct {
+    char text[NEEDLE_GRAMMAR_TEXT_MAX + 16u];   /* the list, NUL, "truefalsenull", NUL */
+    size_t text_len;
+    needle_gnode node[NEEDLE_GRAMMAR_MAX_NODES];
+    needle_gref ref[NEEDLE_GRAMMAR_MAX_REFS];
+    uint16_t sub[NEEDLE_GRAMMAR_MAX_REFS];
+    needle_gitem item[NEEDLE_GRAMMAR_MAX_ITEMS];
+    uint32_t range[NEEDLE_GRAMMAR_MAX_RANGES][2];
+    uint32_t rest[NEEDLE_GRAMMAR_MAX_ITEMS + 64u];
+    uint32_t n_node, n_ref, n_item, n_range, n_rest;
+    uint32_t n_tools;
+    int force_call;
+} needle_grammar;
+
+/* One open JSON value (the fields of generator/tools/grammar.py's frame tuples). */
+typedef struct {
+    uint8_t kind, phase;
+    uint8_t neg;            /* INT/NUM: 0, 1, or 2 before the first byte */
+    uint8_t esc, need, lo, hi;  /* STR: escape state, UTF-8 character in progress */
+    uint16_t node;
+    int16_t cur;            /* OBJ: property being written; CALL: the tool */
+    int16_t frac;           /* NUM: digits after the point, -1 before it */
+    uint16_t pos;           /* LIT, CALL: bytes matched; OBJ: bytes of the key */
+    uint32_t count;         /* ARR/CALLS: items; STR: characters; INT/NUM: digits before the point */
+    uint32_t cp;
+    uint64_t mask;          /* LIT, CALL: candidates; ARR: enum values used; OBJ: keys seen */
+    uint64_t set;           /* STR: pattern positions; OBJ: key candidates */
+    int64_t p;              /* INT/NUM: the digits as an integer */
+} needle_gframe;
+
+typedef struct {
+    uint32_t depth;
+    needle_gframe f[NEEDLE_GRAMMAR_MAX_DEPTH];
+} needle_gstate;
+
+/* Compile a tool list (JSON text, validated and minified here with the prompt's rules,
+ * tool_prompt.h) into *g.  force_call: the list must hold at least one call.  Returns 0, or
+ * -1 with a one-line message in err[0..errcap) naming the tool, the property and the
+ * keyword. */
+int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len, int force_call,
+                           char *err, size_t errcap);
+
+void needle_grammar_start(const needle_grammar *g, needle_gstate *s);
+/* Feed one byte: 0 and *s updated, or -1 (and *s unchanged in meaning: do not use it). */
+int needle_grammar_feed(const needle_grammar *g, needle_gstate *s, uint8_t b);
+/* The call list is complete (its closing ']' fed). */
+int needle_grammar_done(const needle_gstate *s);
+/* Length of the shortest completion of *s, in bytes. */
+uint32_t needle_grammar_min_bytes(const needle_grammar *g, const needle_gstate *s);
+
+/* Bytes of a shortest call list (the empty one, or with force_call the shortest call). */
+uint32_t needle_grammar_list_min(const needle_grammar *g);
+
+#endif /* NEEDLE_TOOL_GRAMMAR_H */

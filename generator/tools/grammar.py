@@ -1,0 +1,537 @@
+"""The call grammar as a byte-level pushdown matcher (docs/grammar.md); Python twin of
+firmware/cli/needle_tool_grammar.c, state for state.
+
+A state is a tuple of frames, one per open JSON value, bottom first; ``feed(g, state, b)``
+returns the state after byte ``b``, or None when no valid call list starts with the bytes
+fed so far plus ``b``.  Every state the matcher returns can still be completed (no dead
+ends), and ``min_bytes(g, state)`` is the length of its shortest completion, which the
+decoder uses to keep every call inside the token budget.
+
+Frames (tuples; the C ``needle_gframe`` has the same fields):
+
+* ``(CALLS|ARR, node, phase, count, used)``: phase 0 before ``[``, 1 after ``[``, 2 after an
+  item, 3 after ``,``, 4 closed; ``used``: the enum values taken (uniqueItems);
+* ``(CALL, node, phase, pos, x)``: phase 0 in ``{"name":`` (pos), 1 in the name (x: mask of
+  candidate tools), 2 in ``,"arguments":`` (x: the tool), 3 arguments open, 4 before ``}``,
+  5 closed;
+* ``(OBJ, node, phase, seen, cur, kpos, kmask)``: phase 0 before ``{``, 1 after ``{``, 2 in a key
+  (kmask: candidates, kpos: bytes matched), 3 before ``:``, 4 value open or done, 5 after
+  ``,``, 6 closed;
+* ``(LIT, node, pos, mask)``: mask of the alternatives that match the pos bytes so far;
+* ``(INT|NUM, node, neg, P, ndig, frac)``: the digits so far as the integer P, ndig of them
+  before the point, frac digits after it (-1: no point yet), neg 0/1, or 2 before the first
+  byte;
+* ``(STR, node, phase, nch, esc, need, cp, lo, hi, nfa)``: phase 0 before ``"``, 1 inside, 2
+  closed; nch characters so far; esc 0 (none), 1 after ``\\``, 2..4 after ``\\u``, ``\\u0``,
+  ``\\u00``, 5 after ``\\u00`` and one hex digit; need/cp/lo/hi a UTF-8 character in progress;
+  nfa the pattern's position set.
+"""
+
+from __future__ import annotations
+
+from generator.tools import regex as rx
+from generator.tools.schema import (ARR, CALL, CALL_HEAD, CALL_MID, CALLS, INT, LIT, MAX_DECIMALS,
+                                    MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR)
+
+INF = 1 << 62
+_SHORT_ESC = {0x22: 0x22, 0x5C: 0x5C, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
+_SHORT_CTRL = (0x08, 0x09, 0x0A, 0x0C, 0x0D)
+_HEX = b"0123456789abcdef"
+
+
+# ---- integer helpers (floor semantics, as the C twin's nk_floordiv) ----------------------
+def _fdiv(a: int, b: int) -> int:
+    return a // b
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _lattice_hit(c0: int, c1: int, s: int, lo: int, hi: int, m: int) -> bool:
+    """Is there an integer c in [c0, c1] with s·c in [lo, hi] and s·c a multiple of m?"""
+    a = max(c0, _cdiv(lo, s))
+    b = min(c1, _fdiv(hi, s))
+    if a > b:
+        return False
+    step = m // _gcd(m, s)
+    first = _cdiv(a, step) * step
+    return first <= b
+
+
+def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) -> int:
+    """Fewest bytes that turn a number prefix into a valid value (0: it is one), or -1.
+
+    sign 2: nothing typed yet (either sign open); else neg 0/1 is the sign typed.  The
+    completions with j more digits before the point and k after it (k = 0: no point) are
+    the values s·c, s = 10^(decimals - k), c in one range of integers; the first (j, k) in
+    order of length that holds a value within the bounds and on the multipleOf lattice
+    gives the answer (docs/grammar.md, "Numbers")."""
+    is_num = node.kind == NUM
+    kmax = MAX_DECIMALS if is_num else 0
+    imax = MAX_NUM_INT_DIGITS if is_num else MAX_INT_DIGITS
+    best = INF
+    signs = (0, 1) if sign == 2 else (neg,)
+    for sg in signs:
+        lo, hi = (node.lo, node.hi) if sg == 0 else (-node.hi, -node.lo)
+        base_cost = 1 if (sign == 2 and sg == 1) else 0
+        if frac >= 0:                                    # after the point: only more decimals
+            for k in range(max(frac, 1), kmax + 1):
+                e = k - frac
+                c0 = P * 10 ** e
+                c1 = (P + 1) * 10 ** e - 1
+                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
+                    best = min(best, base_cost + k - frac)
+                    break
+            continue
+        for j in range(0, imax - ndig + 1):
+            if ndig == 0 and j == 0:
+                continue
+            if ndig >= 1 and P == 0 and j > 0:          # no leading zeros
+                break
+            for k in range(0, kmax + 1):
+                cost = base_cost + j + (k + 1 if k else 0)
+                if cost >= best:
+                    break
+                if ndig == 0:                            # j digits in all
+                    p0 = 0 if j == 1 else 10 ** (j - 1)
+                    p1 = 10 ** j - 1
+                else:
+                    p0, p1 = P * 10 ** j, (P + 1) * 10 ** j - 1
+                if sg == 1 and not is_num and p1 == 0:   # "-0" is not an integer we write
+                    continue
+                c0, c1 = p0 * 10 ** k, (p1 + 1) * 10 ** k - 1
+                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
+                    best = cost
+                    break
+    return -1 if best >= INF else best
+
+
+# ---- frames -----------------------------------------------------------------------------
+def initial(g, idx: int, used: int = 0):
+    node = g.nodes[idx]
+    k = node.kind
+    if k in (CALLS, ARR):
+        return (k, idx, 0, 0, 0)
+    if k == CALL:
+        return (k, idx, 0, 0, 0)
+    if k == OBJ:
+        return (k, idx, 0, 0, -1, 0, 0)
+    if k == LIT:
+        return (k, idx, 0, ((1 << len(node.alts)) - 1) & ~used)
+    if k in (INT, NUM):
+        return (k, idx, 2, 0, 0, -1)
+    return (k, idx, 0, 0, 0, 0, 0, 0, 0, rx.start(node.pattern) if node.pattern else 0)
+
+
+def start(g):
+    """The state before the first byte of the call list."""
+    return (initial(g, g.root),)
+
+
+def _lit_done(node, pos: int, mask: int) -> int:
+    """Index of the alternative complete at pos, or -1."""
+    for i, a in enumerate(node.alts):
+        if mask >> i & 1 and len(a) == pos:
+            return i
+    return -1
+
+
+def complete(g, f) -> bool:
+    """Can the frame end here?"""
+    k, node = f[0], g.nodes[f[1]]
+    if k in (CALLS, ARR):
+        return f[2] == 4
+    if k == CALL:
+        return f[2] == 5
+    if k == OBJ:
+        return f[2] == 6
+    if k == LIT:
+        return _lit_done(node, f[2], f[3]) >= 0
+    if k in (INT, NUM):
+        return f[2] != 2 and f[4] >= 1 and f[5] != 0 and \
+            number_min_extra(node, f[2], f[3], f[4], f[5], f[2]) == 0
+    return f[2] == 2
+
+
+def _child_done(g, parent, child):
+    """The parent frame once its open child value is complete."""
+    k = parent[0]
+    if k == ARR and g.nodes[parent[1]].unique:
+        alt = _lit_done(g.nodes[child[1]], child[2], child[3])
+        return parent[:4] + (parent[4] | 1 << alt,)
+    if k == CALL:
+        return (k, parent[1], 4, 0, parent[4])
+    return parent
+
+
+def _str_char_ok(node, f, cp: int):
+    """The string frame after one whole character cp, or None."""
+    nch = f[3]
+    if node.max_len >= 0 and nch >= node.max_len:
+        return None
+    nfa = f[9]
+    if node.pattern:
+        nfa = rx.step(node.pattern, nfa, cp)
+        if not nfa:
+            return None
+    return (STR, f[1], 1, nch + 1, 0, 0, 0, 0, 0, nfa)
+
+
+def _str_can_take(node, f, lo: int, hi: int) -> bool:
+    """Can a character in [lo, hi] still come (length and pattern allowing)?"""
+    if node.max_len >= 0 and f[3] >= node.max_len:
+        return False
+    return not node.pattern or rx.can_take(node.pattern, f[9], lo, hi)
+
+
+def _ctrl_ok(node, f, lo: int, hi: int) -> bool:
+    """Some control character in [lo, hi] that is written as \\u00xx (not a short escape)."""
+    for c in range(lo, hi + 1):
+        if c not in _SHORT_CTRL and _str_can_take(node, f, c, c):
+            return True
+    return False
+
+
+def _feed_str(node, f, b: int):
+    phase, esc, need = f[2], f[4], f[5]
+    if phase == 0:
+        return (STR,) + f[1:2] + (1,) + f[3:] if b == 0x22 else None
+    if phase != 1:
+        return None
+    if need:                                             # UTF-8 continuation
+        if not f[7] <= b <= f[8]:
+            return None
+        cp = f[6] << 6 | (b & 0x3F)
+        if need == 1:
+            return _str_char_ok(node, f, cp)
+        lo = cp << 6 * (need - 1)
+        hi = lo | ((1 << 6 * (need - 1)) - 1)
+        if not _str_can_take(node, f, lo, hi):
+            return None
+        return f[:5] + (need - 1, cp, 0x80, 0xBF, f[9])
+    if esc == 1:
+        if b == 0x75:                                    # \u
+            return f[:4] + (2,) + f[5:] if _ctrl_ok(node, f, 0, 0x1F) else None
+        if b in _SHORT_ESC:
+            return _str_char_ok(node, f, _SHORT_ESC[b])
+        return None
+    if esc in (2, 3):                                    # \u0, \u00
+        return f[:4] + (esc + 1,) + f[5:] if b == 0x30 else None
+    if esc == 4:                                         # \u00[01]
+        if b not in (0x30, 0x31):
+            return None
+        base = (b - 0x30) << 4
+        return f[:4] + (5, 0, base) + f[7:] if _ctrl_ok(node, f, base, base + 15) else None
+    if esc == 5:
+        if b not in _HEX:
+            return None
+        cp = f[6] | _HEX.index(b)
+        if cp in _SHORT_CTRL:
+            return None                                   # canonical JSON writes \b \t \n \f \r
+        return _str_char_ok(node, f, cp)
+    if b == 0x22:
+        if f[3] < node.min_len or (node.pattern and not rx.accepts(node.pattern, f[9])):
+            return None
+        return (STR, f[1], 2) + f[3:]
+    if b == 0x5C:
+        ok = _str_can_take(node, f, 0x22, 0x22) or _str_can_take(node, f, 0x5C, 0x5C) or \
+            any(_str_can_take(node, f, c, c) for c in _SHORT_CTRL) or _ctrl_ok(node, f, 0, 0x1F)
+        return f[:4] + (1,) + f[5:] if ok else None
+    if b < 0x20:
+        return None
+    if b < 0x80:
+        return _str_char_ok(node, f, b)
+    # UTF-8 lead byte: the same ranges as the tokenizer's decoder (no overlongs, surrogates)
+    if 0xC2 <= b <= 0xDF:
+        need, cp, lo, hi = 1, b & 0x1F, 0x80, 0xBF
+    elif 0xE0 <= b <= 0xEF:
+        need, cp = 2, b & 0x0F
+        lo, hi = (0xA0, 0xBF) if b == 0xE0 else (0x80, 0x9F) if b == 0xED else (0x80, 0xBF)
+        # (0xED: the surrogates 0xD800..0xDFFF are not characters)
+    elif 0xF0 <= b <= 0xF4:
+        need, cp = 3, b & 0x07
+        lo, hi = (0x90, 0xBF) if b == 0xF0 else (0x80, 0x8F) if b == 0xF4 else (0x80, 0xBF)
+    else:
+        return None
+    c_lo = cp << 6 * need
+    c_hi = c_lo | ((1 << 6 * need) - 1)
+    if need == 1:
+        c_lo = max(c_lo, 0x80)
+    elif need == 2:
+        c_lo = max(c_lo, 0x800)
+        if b == 0xED:
+            c_hi = 0xD7FF
+    else:
+        c_lo, c_hi = max(c_lo, 0x10000), min(c_hi, 0x10FFFF)
+    if not _str_can_take(node, f, c_lo, c_hi):
+        return None
+    return f[:5] + (need, cp, lo, hi, f[9])
+
+
+def _feed_num(node, f, b: int):
+    neg, P, ndig, frac = f[2], f[3], f[4], f[5]
+    is_num = node.kind == NUM
+    if b == 0x2D:                                         # '-'
+        if neg != 2:
+            return None
+        nf = (f[0], f[1], 1, 0, 0, -1)
+    elif 0x30 <= b <= 0x39:
+        d = b - 0x30
+        sg = 0 if neg == 2 else neg
+        if frac >= 0:
+            if frac >= MAX_DECIMALS:
+                return None
+            nf = (f[0], f[1], sg, P * 10 + d, ndig, frac + 1)
+        else:
+            if ndig >= 1 and P == 0:
+                return None
+            if ndig >= (MAX_NUM_INT_DIGITS if is_num else MAX_INT_DIGITS):
+                return None
+            nf = (f[0], f[1], sg, P * 10 + d, ndig + 1, -1)
+    elif b == 0x2E and is_num and frac < 0 and ndig >= 1 and neg != 2:
+        nf = (f[0], f[1], neg, P, ndig, 0)
+    else:
+        return None
+    if number_min_extra(node, nf[2], nf[3], nf[4], nf[5], nf[2]) < 0:
+        return None
+    return nf
+
+
+def _feed_lit(alts, f, b: int):
+    pos, mask = f[2], f[3]
+    out = 0
+    for i, a in enumerate(alts):
+        if mask >> i & 1 and len(a) > pos and a[pos] == b:
+            out |= 1 << i
+    return (f[0], f[1], pos + 1, out) if out else None
+
+
+def _feed_top(g, st: list, b: int) -> bool:
+    """Feed b to the top frame of st (a list, changed in place); False if it refuses."""
+    f = st[-1]
+    k, node = f[0], g.nodes[f[1]]
+    if k == STR:
+        nf = _feed_str(node, f, b)
+    elif k in (INT, NUM):
+        nf = _feed_num(node, f, b)
+    elif k == LIT:
+        nf = _feed_lit(node.alts, f, b)
+    elif k in (CALLS, ARR):
+        phase, count = f[2], f[3]
+        child = g.nodes[node.child]
+        if phase == 0:
+            nf = f[:2] + (1,) + f[3:] if b == 0x5B else None
+        elif phase in (1, 2) and b == 0x5D and count >= node.min_len:
+            nf = f[:2] + (4,) + f[3:]
+        elif phase == 2 and b == 0x2C:
+            if node.max_len >= 0 and count >= node.max_len:
+                return False
+            if node.unique and bin(f[4]).count("1") >= len(child.alts):
+                return False
+            nf = f[:2] + (3,) + f[3:]
+        elif phase in (1, 3):
+            if phase == 1 and node.max_len == 0:
+                return False
+            st[-1] = f[:2] + (2, count + 1) + f[4:]
+            st.append(initial(g, node.child, f[4] if node.unique else 0))
+            if _feed_top(g, st, b):
+                return True
+            del st[-1]
+            st[-1] = f
+            return False
+        else:
+            nf = None
+    elif k == CALL:
+        phase, pos = f[2], f[3]
+        if phase == 0:
+            if CALL_HEAD[pos] != b:
+                return False
+            nf = (k, f[1], 1, 0, (1 << len(node.alts)) - 1) if pos + 1 == len(CALL_HEAD) \
+                else (k, f[1], 0, pos + 1, 0)
+        elif phase == 1:
+            lit = _feed_lit(node.alts, (LIT, f[1], pos, f[4]), b)
+            if lit is None:
+                return False
+            done = _lit_done(node, lit[2], lit[3])
+            nf = (k, f[1], 2, 0, done) if done >= 0 else (k, f[1], 1, lit[2], lit[3])
+        elif phase == 2:
+            if CALL_MID[pos] != b:
+                return False
+            if pos + 1 < len(CALL_MID):
+                nf = (k, f[1], 2, pos + 1, f[4])
+            else:
+                st[-1] = (k, f[1], 3, 0, f[4])
+                st.append(initial(g, node.props[f[4]]))
+                return True
+        elif phase == 4:
+            nf = (k, f[1], 5, 0, f[4]) if b == 0x7D else None
+        else:
+            nf = None
+    else:                                                 # OBJ
+        phase, seen = f[2], f[3]
+        n = len(node.keys)
+        if phase == 0:
+            nf = (k, f[1], 1) + f[3:] if b == 0x7B else None
+        elif phase in (1, 4) and b == 0x7D:
+            nf = (k, f[1], 6) + f[3:] if (node.required & ~seen) == 0 else None
+        elif phase == 4 and b == 0x2C:                   # only if a property is left
+            nf = (k, f[1], 5) + f[3:] if ((1 << n) - 1) & ~seen else None
+        elif phase in (1, 5) and b == 0x22:
+            cand = ((1 << n) - 1) & ~seen
+            nf = (k, f[1], 2, seen, -1, 1, cand) if cand else None
+        elif phase == 2:
+            kpos, kmask = f[5], f[6]
+            out = 0
+            for i, key in enumerate(node.keys):
+                if kmask >> i & 1 and len(key) > kpos and key[kpos] == b:
+                    out |= 1 << i
+            if not out:
+                return False
+            done = -1
+            for i, key in enumerate(node.keys):
+                if out >> i & 1 and len(key) == kpos + 1:
+                    done = i
+            nf = (k, f[1], 3, seen | 1 << done, done, 0, 0) if done >= 0 else (k, f[1], 2, seen, -1, kpos + 1, out)
+        elif phase == 3 and b == 0x3A:
+            st[-1] = (k, f[1], 4) + f[3:]
+            st.append(initial(g, node.props[f[4]]))
+            return True
+        else:
+            nf = None
+    if nf is None:
+        return False
+    st[-1] = nf
+    return True
+
+
+def feed(g, state: tuple, b: int):
+    """The state after byte b, or None."""
+    st = list(state)
+    while True:
+        if _feed_top(g, st, b):
+            return tuple(st)
+        if len(st) == 1 or not complete(g, st[-1]):
+            return None
+        child = st.pop()
+        st[-1] = _child_done(g, st[-1], child)
+
+
+def feed_bytes(g, state: tuple, data: bytes):
+    for b in data:
+        state = feed(g, state, b)
+        if state is None:
+            return None
+    return state
+
+
+def done(g, state: tuple) -> bool:
+    """Is the call list complete (the closing ``]`` fed)?"""
+    return len(state) == 1 and state[0][2] == 4
+
+
+# ---- shortest completion ------------------------------------------------------------------
+def _str_rest(node, f) -> int:
+    phase = f[2]
+    if phase == 0:
+        return node.min_bytes
+    if phase == 2:
+        return 0
+    esc, need = f[4], f[5]
+    pending = need if need else {0: 0, 1: 1, 2: 4, 3: 3, 4: 2, 5: 1}[esc]
+    if node.pattern:
+        items, nfa = node.pattern, f[9]
+        if pending:   # the character in progress: the cheapest item that could take it
+            best = INF
+            for i in range(len(items)):
+                if nfa >> i & 1:
+                    best = min(best, node.rest[i] if items[i][0] == rx.P_STAR else node.rest[i + 1])
+            chars = 0 if best >= INF else best
+        else:
+            chars = min((node.rest[i] for i in range(len(items) + 1) if nfa >> i & 1), default=0)
+        return pending + chars + 1
+    nch = f[3] + (1 if pending else 0)
+    return pending + max(0, node.min_len - nch) + 1
+
+
+def _obj_tail(g, node, seen: int) -> int:
+    """Bytes to add every missing required property (",key:value" each) and the ``}``."""
+    total = 1
+    for i, key in enumerate(node.keys):
+        if node.required >> i & 1 and not seen >> i & 1:
+            total += 1 + len(key) + 1 + g.nodes[node.props[i]].min_bytes
+    return total
+
+
+def _frame_rest(g, f, top: bool) -> int:
+    k, node = f[0], g.nodes[f[1]]
+    if k == LIT:
+        return min(len(node.alts[i]) - f[2] for i in range(len(node.alts)) if f[3] >> i & 1)
+    if k in (INT, NUM):
+        return number_min_extra(node, f[2], f[3], f[4], f[5], f[2])
+    if k == STR:
+        return _str_rest(node, f)
+    if k in (CALLS, ARR):
+        phase, count = f[2], f[3]
+        if phase == 0:
+            return node.min_bytes
+        if phase == 4:
+            return 0
+        child = g.nodes[node.child]
+        if node.unique:
+            lens = sorted(len(a) for i, a in enumerate(child.alts) if not f[4] >> i & 1)
+            item = lambda j: lens[j] if j < len(lens) else lens[-1] if lens else 0
+        else:
+            item = lambda j: child.min_bytes
+        if phase == 1:
+            need = node.min_len
+            return 1 + sum(item(j) for j in range(need)) + max(0, need - 1)
+        if phase == 3:
+            need = max(1, node.min_len - count)
+            return sum(item(j) for j in range(need)) + (need - 1) + 1
+        need = max(0, node.min_len - count)
+        return 1 + sum(1 + item(j) for j in range(need))
+    if k == CALL:
+        phase, pos = f[2], f[3]
+        if phase == 0:
+            return node.min_bytes - pos
+        if phase == 1:
+            return min(len(node.alts[i]) - pos + len(CALL_MID) + g.nodes[node.props[i]].min_bytes
+                       for i in range(len(node.alts)) if f[4] >> i & 1) + 1
+        if phase == 2:
+            return len(CALL_MID) - pos + g.nodes[node.props[f[4]]].min_bytes + 1
+        return 1 if phase in (3, 4) else 0
+    phase, seen = f[2], f[3]                              # OBJ
+    if phase == 0:
+        return node.min_bytes
+    if phase == 6:
+        return 0
+    if phase == 1:
+        return _obj_tail(g, node, seen) - (1 if node.required else 0)
+    if phase == 2:
+        best = INF
+        for i, key in enumerate(node.keys):
+            if f[6] >> i & 1:
+                best = min(best, len(key) - f[5] + 1 + g.nodes[node.props[i]].min_bytes
+                           + _obj_tail(g, node, seen | 1 << i))
+        return best
+    if phase == 3:
+        return 1 + g.nodes[node.props[f[4]]].min_bytes + _obj_tail(g, node, seen)
+    if phase == 4:
+        return _obj_tail(g, node, seen)
+    # phase 5, after ',': a key must come
+    if node.required & ~seen:
+        return _obj_tail(g, node, seen) - 1
+    return min(len(key) + 1 + g.nodes[node.props[i]].min_bytes
+               for i, key in enumerate(node.keys) if not seen >> i & 1) + 1
+
+
+def min_bytes(g, state: tuple) -> int:
+    """Length in bytes of the shortest completion of the call list."""
+    return sum(_frame_rest(g, f, i == len(state) - 1) for i, f in enumerate(state))

@@ -1,0 +1,416 @@
+"""Tool schemas compiled into the tables of the call grammar (docs/grammar.md).
+
+``compile_tools(tools_json_text, force_call=False)`` validates a tool list, as the prompt
+renders it (generator/commands/prompt.py minifies it first), and returns a :class:`Grammar`:
+a flat table of nodes, one per schema, that :mod:`generator.tools.grammar` walks byte by
+byte.  Every literal the grammar matches (tool names, property keys, enum and const values)
+is the byte text of the *minified* tool list, so the model has to write the canonical
+compact JSON it was trained on, and the C twin (firmware/cli/needle_tool_grammar.c) gets the same
+bytes without re-serialising anything.
+
+Twin of ``needle_grammar_compile``: the same tool list gives the same tables and the same
+one-line errors ("tool \\"NAME\\": property \\"P\\": ...").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from generator.commands.prompt import minify_tools
+from generator.errors import CactError
+
+# ---- node kinds (the same numbers in tool_grammar.h) ----------------------------------
+LIT, INT, NUM, STR, ARR, OBJ, CALLS, CALL = 1, 2, 3, 4, 5, 6, 7, 8
+
+# ---- limits (tool_grammar.h NEEDLE_GRAMMAR_*; the C tables are static arrays) --------
+TEXT_MAX = 16 * 1024    # bytes of the minified list
+MAX_TOOLS = 32          # tools in one list (a bitmask of candidates)
+MAX_NODES = 256
+MAX_PROPS = 32          # properties of one object (bitmasks of seen and required)
+MAX_ALTS = 64           # alternatives of one enum (a bitmask of candidates)
+MAX_PATTERN_ITEMS = 63  # NFA positions 0..63 in a 64-bit set
+MAX_DEPTH = 16          # nesting of the call list, calls, objects and arrays
+MAX_DECIMALS = 6        # digits after the point of a "number"
+MAX_INT_DIGITS = 18     # digits of an "integer"
+MAX_NUM_INT_DIGITS = 12  # digits before the point of a "number"
+BIG = 10 ** 18 - 1      # bounds are clamped to [-BIG, BIG] (in units of the node's scale)
+NUM_SCALE = 10 ** MAX_DECIMALS
+
+# pattern items
+P_ONE, P_OPT, P_STAR = 0, 1, 2
+
+SUPPORTED = ("type, enum, const, description, title, default, examples, format (not enforced); "
+             "integer/number: minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf; "
+             "string: minLength, maxLength, pattern; array: items, minItems, maxItems, "
+             "uniqueItems; object: properties, required, additionalProperties false")
+_ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment"}
+_BY_TYPE = {
+    "string": {"minLength", "maxLength", "pattern"},
+    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "boolean": set(),
+    "null": set(),
+    "array": {"items", "minItems", "maxItems", "uniqueItems"},
+    "object": {"properties", "required", "additionalProperties"},
+}
+
+
+# ---- the minified tool list as a tree of raw text spans --------------------------------
+@dataclass
+class JVal:
+    """A JSON value of the minified text: ``kind`` is one of "obj", "arr", "str", "num",
+    "lit" (true/false/null); ``raw`` its exact bytes; ``items`` the (key, value) pairs of an
+    object (key as a str) or the values of an array; ``value`` the str of a string, the
+    exact text of a number, or the word of a literal."""
+    kind: str
+    raw: bytes
+    items: list = field(default_factory=list)
+    value: object = None
+
+    def get(self, key):
+        for k, v in self.items:
+            if k == key:
+                return v
+        return None
+
+
+def _parse(b: bytes, i: int = 0):
+    """Parse the compact JSON value at b[i:] (already validated by the minifier)."""
+    c = b[i:i + 1]
+    if c == b"{":
+        j, items = i + 1, []
+        if b[j:j + 1] == b"}":
+            return JVal("obj", b[i:j + 1], items), j + 1
+        while True:
+            key, j = _parse(b, j)
+            val, j = _parse(b, j + 1)           # skip ':'
+            items.append((key.value, val))
+            if b[j:j + 1] == b"}":
+                return JVal("obj", b[i:j + 1], items), j + 1
+            j += 1                               # ','
+    if c == b"[":
+        j, items = i + 1, []
+        if b[j:j + 1] == b"]":
+            return JVal("arr", b[i:j + 1], items), j + 1
+        while True:
+            val, j = _parse(b, j)
+            items.append(val)
+            if b[j:j + 1] == b"]":
+                return JVal("arr", b[i:j + 1], items), j + 1
+            j += 1
+    if c == b'"':
+        j = i + 1
+        while b[j] != 0x22:
+            j += 2 if b[j] == 0x5C else 1
+        raw = b[i:j + 1]
+        import json
+        return JVal("str", raw, value=json.loads(raw.decode("utf-8", "surrogatepass"))), j + 1
+    for word in (b"true", b"false", b"null"):
+        if b.startswith(word, i):
+            return JVal("lit", word, value=word.decode()), i + len(word)
+    j = i
+    while j < len(b) and b[j:j + 1] in b"+-0123456789.eE":
+        j += 1
+    return JVal("num", b[i:j], value=b[i:j].decode()), j
+
+
+# ---- exact decimal bounds ----------------------------------------------------------------
+def _decimal(text: str, what: str) -> Decimal:
+    try:
+        d = Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the minifier only passes JSON numbers
+        raise CactError(f"{what}: {text} is not a number") from None
+    digits = d.as_tuple().digits
+    sig = len(str(int("".join(map(str, digits)) or "0")))
+    if sig > 18:
+        raise CactError(f"{what}: {text} has more than 18 significant digits")
+    return d
+
+
+def _floor(d: Decimal) -> int:
+    return int(d.to_integral_value(rounding="ROUND_FLOOR"))
+
+
+def _ceil(d: Decimal) -> int:
+    return int(d.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _clamp(v: int) -> int:
+    return max(-BIG - 1, min(BIG + 1, v))
+
+
+# ---- nodes ---------------------------------------------------------------------------
+@dataclass
+class Node:
+    kind: int
+    alts: list = field(default_factory=list)      # LIT: alternative byte strings; CALLS: tool names
+    lo: int = -BIG                                # INT/NUM: inclusive bounds in units (NUM: 1e-6)
+    hi: int = BIG
+    mult: int = 1                                 # INT/NUM: multipleOf in units
+    min_len: int = 0                              # STR: characters; ARR: items
+    max_len: int = -1                             # STR: characters; ARR: items (-1: none)
+    unique: bool = False                          # ARR
+    child: int = -1                               # ARR: item node; CALLS: the CALL node
+    pattern: list = field(default_factory=list)   # STR: [(kind, negate, ranges)]
+    keys: list = field(default_factory=list)      # OBJ: property keys (raw JSON string bytes)
+    props: list = field(default_factory=list)     # OBJ: property nodes; CALL: argument OBJ per tool
+    required: int = 0                             # OBJ: bitmask over keys
+    min_bytes: int = 0                            # shortest valid text (computed)
+    rest: list = field(default_factory=list)      # STR with pattern: min bytes from position i
+
+
+@dataclass
+class Grammar:
+    nodes: list
+    root: int                 # the CALLS node
+    force_call: bool
+    tools_json: str           # the minified list (what the prompt renders)
+    tool_names: list
+
+    def describe(self) -> dict:
+        """Table sizes, as the C twin reports them (needle --grammar-info)."""
+        return {"nodes": len(self.nodes),
+                "literal_bytes": sum(len(a) for n in self.nodes for a in n.alts)
+                + sum(len(k) for n in self.nodes for k in n.keys),
+                "pattern_items": sum(len(n.pattern) for n in self.nodes)}
+
+
+class _Compiler:
+    def __init__(self):
+        self.nodes: list = []
+
+    def add(self, node: Node) -> int:
+        if len(self.nodes) >= MAX_NODES:
+            raise CactError(f"the grammar needs more than {MAX_NODES} nodes (use fewer or simpler tools)")
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    # -- one schema
+    def schema(self, s: JVal, where: str, depth: int) -> int:
+        if depth > MAX_DEPTH:   # depth: the matcher's stack frames down to this value
+            raise CactError(f"{where}: nested deeper than the grammar's {MAX_DEPTH - 3} levels "
+                            f"of arguments")
+        if s.kind != "obj":
+            raise CactError(f"{where}: a schema must be a JSON object")
+        keys = [k for k, _ in s.items]
+        enum, const, typ = s.get("enum"), s.get("const"), s.get("type")
+        if typ is not None and (typ.kind != "str" or typ.value not in _BY_TYPE):
+            raise CactError(f"{where}: type must be one of {', '.join(_BY_TYPE)} "
+                            f"(type lists are not supported)")
+        tname = typ.value if typ is not None else None
+        allowed = set(_ANNOTATIONS) | {"type", "enum", "const"}
+        if tname:
+            allowed |= _BY_TYPE[tname]
+        for k in keys:
+            if k not in allowed:
+                raise CactError(f"{where}: unsupported keyword \"{k}\"" +
+                                (f" for type {tname}" if tname else "") + f" (supported: {SUPPORTED})")
+        if enum is not None or const is not None:
+            if enum is not None and const is not None:
+                raise CactError(f"{where}: give enum or const, not both")
+            if const is not None:
+                alts = [const.raw]
+            else:
+                if enum.kind != "arr" or not enum.items:
+                    raise CactError(f"{where}: enum must be a non-empty array")
+                alts = [v.raw for v in enum.items]
+                if len(alts) > MAX_ALTS:
+                    raise CactError(f"{where}: enum has {len(alts)} values, the grammar takes {MAX_ALTS}")
+                if len(set(alts)) != len(alts):
+                    raise CactError(f"{where}: enum repeats a value")
+            for a in alts:
+                if a[:1] in (b"{", b"["):
+                    raise CactError(f"{where}: enum and const values must be strings, numbers, "
+                                    f"booleans or null")
+            return self.add(Node(LIT, alts=alts, min_bytes=min(len(a) for a in alts)))
+        if tname is None:
+            raise CactError(f"{where}: a schema needs a type (or enum/const)")
+        if tname == "boolean":
+            return self.add(Node(LIT, alts=[b"true", b"false"], min_bytes=4))
+        if tname == "null":
+            return self.add(Node(LIT, alts=[b"null"], min_bytes=4))
+        if tname in ("integer", "number"):
+            return self.add(self.number(s, tname, where))
+        if tname == "string":
+            return self.add(self.string(s, where))
+        if tname == "array":
+            return self.array(s, where, depth)
+        return self.object(s, where, depth)
+
+    def count(self, s: JVal, key: str, where: str) -> int:
+        v = s.get(key)
+        if v is None:
+            return -1
+        if v.kind != "num" or not v.value.isdigit() or int(v.value) > 4096:
+            raise CactError(f"{where}: {key} must be an integer 0..4096, not {v.raw.decode()}")
+        return int(v.value)
+
+    def number(self, s: JVal, tname: str, where: str) -> Node:
+        scale = 1 if tname == "integer" else NUM_SCALE
+        node = Node(INT if tname == "integer" else NUM)
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+            v = s.get(key)
+            if v is None:
+                continue
+            if v.kind != "num":
+                raise CactError(f"{where}: {key} must be a number")
+            d = _decimal(v.value, f"{where}: {key}") * scale
+            if key == "minimum":
+                node.lo = max(node.lo, _clamp(_ceil(d)))
+            elif key == "exclusiveMinimum":
+                node.lo = max(node.lo, _clamp(_floor(d) + 1))
+            elif key == "maximum":
+                node.hi = min(node.hi, _clamp(_floor(d)))
+            elif key == "exclusiveMaximum":
+                node.hi = min(node.hi, _clamp(_ceil(d) - 1))
+            else:
+                if d <= 0 or d != d.to_integral_value() or d > BIG:
+                    raise CactError(f"{where}: multipleOf must be positive" +
+                                    (" and whole" if scale == 1 else f" with at most {MAX_DECIMALS} decimals"))
+                node.mult = int(d)
+        from generator.tools.grammar import number_min_extra  # the closed form of the matcher
+        node.min_bytes = number_min_extra(node, 0, 0, 0, -1, 2)
+        if node.min_bytes < 0:
+            raise CactError(f"{where}: no {tname} satisfies its bounds and multipleOf")
+        return node
+
+    def string(self, s: JVal, where: str) -> Node:
+        node = Node(STR, min_len=max(0, self.count(s, "minLength", where)),
+                    max_len=self.count(s, "maxLength", where))
+        if node.max_len >= 0 and node.max_len < node.min_len:
+            raise CactError(f"{where}: maxLength is below minLength")
+        pat = s.get("pattern")
+        if pat is not None:
+            if pat.kind != "str":
+                raise CactError(f"{where}: pattern must be a string")
+            if node.min_len > 0 or node.max_len >= 0:
+                raise CactError(f"{where}: pattern cannot be combined with minLength/maxLength "
+                                f"(write the length into the pattern, e.g. ^[a-z]{{2,8}}$)")
+            from generator.tools.regex import compile_pattern, item_min_bytes
+            node.pattern = compile_pattern(pat.value, where, pat.raw[1:-1].decode())
+            rest = [0] * (len(node.pattern) + 1)
+            for i in range(len(node.pattern) - 1, -1, -1):
+                kind = node.pattern[i][0]
+                rest[i] = rest[i + 1] + (item_min_bytes(node.pattern[i]) if kind == P_ONE else 0)
+            node.rest = rest
+            node.min_bytes = 2 + rest[0]
+        else:
+            node.min_bytes = 2 + node.min_len
+        return node
+
+    def array(self, s: JVal, where: str, depth: int) -> int:
+        items = s.get("items")
+        if items is None:
+            raise CactError(f"{where}: an array needs items (one schema)")
+        node = Node(ARR, min_len=max(0, self.count(s, "minItems", where)),
+                    max_len=self.count(s, "maxItems", where))
+        if node.max_len >= 0 and node.max_len < node.min_len:
+            raise CactError(f"{where}: maxItems is below minItems")
+        u = s.get("uniqueItems")
+        if u is not None:
+            if u.kind != "lit" or u.value == "null":
+                raise CactError(f"{where}: uniqueItems must be true or false")
+            node.unique = u.value == "true"
+        idx = self.add(node)
+        node.child = self.schema(items, f"{where}: items", depth + 1)
+        child = self.nodes[node.child]
+        if node.unique:
+            if child.kind != LIT:
+                raise CactError(f"{where}: uniqueItems is supported for arrays of enum, const or "
+                                f"boolean items only")
+            if node.min_len > len(child.alts):
+                raise CactError(f"{where}: minItems {node.min_len} exceeds the {len(child.alts)} "
+                                f"distinct values of its items")
+        node.min_bytes = 2 + node.min_len * child.min_bytes + max(0, node.min_len - 1)
+        return idx
+
+    def object(self, s: JVal, where: str, depth: int) -> int:
+        props, req, extra = s.get("properties"), s.get("required"), s.get("additionalProperties")
+        if extra is not None and not (extra.kind == "lit" and extra.value == "false"):
+            raise CactError(f"{where}: additionalProperties may only be false (no unknown keys "
+                            f"are ever generated)")
+        node = Node(OBJ)
+        idx = self.add(node)
+        if props is not None:
+            if props.kind != "obj":
+                raise CactError(f"{where}: properties must be an object")
+            if len(props.items) > MAX_PROPS:
+                raise CactError(f"{where}: {len(props.items)} properties, the grammar takes {MAX_PROPS}")
+            for (name, sub), raw in zip(props.items, _object_key_raws(props)):
+                node.keys.append(raw)
+                node.props.append(self.schema(sub, f"{where}: property {raw.decode()}", depth + 1))
+        names = [k for k, _ in props.items] if props is not None else []
+        if req is not None:
+            if req.kind != "arr" or any(v.kind != "str" for v in req.items):
+                raise CactError(f"{where}: required must be an array of strings")
+            for v in req.items:
+                if v.value not in names:
+                    raise CactError(f"{where}: required names \"{v.value}\", which is not in properties")
+                node.required |= 1 << names.index(v.value)
+        need = [self.nodes[p].min_bytes + len(k) + 1 for i, (k, p) in enumerate(zip(node.keys, node.props))
+                if node.required >> i & 1]
+        node.min_bytes = 2 + sum(need) + max(0, len(need) - 1)
+        return idx
+
+
+def _object_key_raws(obj: JVal) -> list:
+    """The raw bytes of each key of a minified object, in order."""
+    b, out, j = obj.raw, [], 1
+    for _, val in obj.items:
+        k0 = j
+        j += 1
+        while b[j] != 0x22:
+            j += 2 if b[j] == 0x5C else 1
+        out.append(b[k0:j + 1])
+        j += 1 + 1 + len(val.raw)   # '"' ':' value
+        j += 1                      # ',' or '}'
+    return out
+
+
+def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
+    """The call grammar of a tool list (CactError naming the tool and keyword if it cannot
+    be compiled)."""
+    minified = minify_tools(tools_json_text)
+    if len(minified.encode("utf-8", "surrogatepass")) > TEXT_MAX:
+        raise CactError(f"the tool list is longer than the grammar's {TEXT_MAX} bytes once minified "
+                        f"(NEEDLE_GRAMMAR_TEXT_MAX)")
+    root, _ = _parse(minified.encode("utf-8", "surrogatepass"))
+    comp = _Compiler()
+    if not root.items:
+        if force_call:
+            raise CactError("--force-call needs at least one tool")
+    if len(root.items) > MAX_TOOLS:
+        raise CactError(f"{len(root.items)} tools; the grammar takes {MAX_TOOLS} (retrieval picks five "
+                        f"of more: not built yet)")
+    calls = Node(CALLS, min_len=1 if force_call else 0)
+    comp.add(calls)
+    call = Node(CALL)
+    calls.child = comp.add(call)
+    names = []
+    for i, tool in enumerate(root.items):
+        name = tool.get("name")
+        if name is None or name.kind != "str" or not name.value:
+            raise CactError(f"tool {i + 1}: needs a non-empty string \"name\"")
+        where = f"tool {name.raw.decode()}"    # the name as written (quoted, escapes kept)
+        if name.raw in call.alts:
+            raise CactError(f"{where}: the name is used by an earlier tool (names must be unique)")
+        call.alts.append(name.raw)
+        names.append(name.value)
+        params = tool.get("parameters")
+        if params is None:
+            params = JVal("obj", b'{"type":"object"}', [("type", JVal("str", b'"object"', value="object"))])
+        if params.kind != "obj" or (params.get("type") is not None and params.get("type").value != "object"):
+            raise CactError(f"{where}: parameters must be an object schema with type \"object\"")
+        if params.get("type") is None:
+            params.items.insert(0, ("type", JVal("str", b'"object"', value="object")))
+        call.props.append(comp.schema(params, where, 3))
+    # {"name":"N","arguments":{...}}
+    call.min_bytes = (min((len(a) + comp.nodes[p].min_bytes for a, p in zip(call.alts, call.props)),
+                          default=0) + len(CALL_HEAD) + len(CALL_MID) + 1)
+    calls.min_bytes = 2 + (call.min_bytes if force_call else 0)
+    return Grammar(comp.nodes, 0, force_call, minified, names)
+
+
+CALL_HEAD = b'{"name":'
+CALL_MID = b',"arguments":'
