@@ -1,0 +1,333 @@
+"""The C call grammar and constrained decoding against their Python twins (docs/grammar.md).
+
+* the grammar alone (host_tests/c/grammar_driver.c, built with AddressSanitizer and UBSan):
+  random tool lists of every supported keyword, and random byte walks through them, give
+  the same compile errors, the same accepted prefixes and the same shortest-completion
+  lengths in C and in generator/tools/grammar.py;
+* whole turns: `needle --tools F --query Q` prints the envelope generator/tools/decode.py
+  computes on the reference (the same tokens, call, reasoning and confidence), for both
+  generations, with and without --force-call, and for budgets that cut the call short;
+* every call is valid JSON whose arguments validate against the tool's schema (jsonschema).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from generator.archive import reader
+from generator.archive.tokenizer import Tokenizer
+from generator.commands.prompt import render_prompt_ids
+from generator.errors import CactError
+from generator.model.needle2 import Needle2
+from generator.model.needle3 import Needle3
+from generator.tools import grammar as gm
+from generator.tools.decode import run_turn
+from generator.tools.schema import compile_tools
+from host_tests.scons_run import scons
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "host_tests" / "golden"
+DEMO_TOOLS = ROOT / "demo" / "tools.json"
+
+
+# ---- random tool lists ---------------------------------------------------------------------
+PATTERNS = ["^[a-z]{2,5}$", "^\\d{3}-\\d{4}$", "[A-Z]", "^[^,\"]*$", "^(x)$", "^a+b?c*$", "\\w+@\\w+",
+            "^[é-ë]{1,3}$", "^.$", "^\\{[0-9]\\}$", "a{3,2}", "^[\\u0000-\\u001f]$"]
+WORDS = ["city", "minutes", "level", "on", "mode", "tags", "name", "ville", "température", "开关", "x", "y_z"]
+
+
+def _number(r: random.Random, kind: str) -> dict:
+    s: dict = {"type": kind}
+    lo = r.choice([None, -5, 0, 1, 10, -1000000, 0.5])
+    if lo is not None:
+        s[r.choice(["minimum", "exclusiveMinimum"])] = lo
+    if r.random() < 0.6:
+        hi = (lo or 0) + r.choice([0, 1, 3, 100, 2.25, 10 ** 9])
+        s[r.choice(["maximum", "exclusiveMaximum"])] = hi
+    if r.random() < 0.3:
+        s["multipleOf"] = r.choice([2, 5, 7, 0.25, 0.1] if kind == "number" else [2, 3, 5, 25])
+    return s
+
+
+def _schema(r: random.Random, depth: int) -> dict:
+    kind = r.choice(["string", "integer", "number", "boolean", "null", "enum", "const", "array", "object"]
+                    if depth < 3 else ["string", "integer", "boolean", "enum"])
+    if kind == "string":
+        s = {"type": "string"}
+        if r.random() < 0.3:
+            s["pattern"] = r.choice(PATTERNS)
+        else:
+            if r.random() < 0.4:
+                s["minLength"] = r.randint(0, 3)
+            if r.random() < 0.4:
+                s["maxLength"] = s.get("minLength", 0) + r.randint(0, 4)
+        return s
+    if kind in ("integer", "number"):
+        return _number(r, kind)
+    if kind == "enum":
+        pool = ["on", "off", "auto", "été", "冷", 1, 2.5, True, None, "a\"b", "tab\t"]
+        return {"enum": r.sample(pool, r.randint(1, 4))}
+    if kind == "const":
+        return {"const": r.choice(["fixed", 3, False])}
+    if kind == "array":
+        item = _schema(r, depth + 1) if r.random() < 0.7 else {"enum": ["a", "b", "c"]}
+        s = {"type": "array", "items": item}
+        if r.random() < 0.4:
+            s["minItems"] = r.randint(0, 2)
+        if r.random() < 0.4:
+            s["maxItems"] = s.get("minItems", 0) + r.randint(0, 2)
+        if "enum" in item and r.random() < 0.5:
+            s["uniqueItems"] = True
+        return s
+    if kind == "object":
+        return _object(r, depth + 1)
+    return {"type": kind}
+
+
+def _object(r: random.Random, depth: int) -> dict:
+    names = r.sample(WORDS, r.randint(0, 4))
+    props = {n: _schema(r, depth) for n in names}
+    s: dict = {"type": "object", "properties": props}
+    req = [n for n in names if r.random() < 0.5]
+    if req:
+        s["required"] = req
+    if r.random() < 0.2:
+        s["additionalProperties"] = False
+    return s
+
+
+def random_tools(seed: int) -> str:
+    r = random.Random(seed)
+    tools = []
+    for i in range(r.randint(1, 6)):
+        t = {"name": r.choice(["get_weather", "set_timer", "lights", "reboot", "météo", "ping"]) + str(i),
+             "description": "a tool"}
+        if r.random() < 0.9:
+            t["parameters"] = _object(r, 1)
+        tools.append(t)
+    return json.dumps(tools, ensure_ascii=False, indent=r.choice([None, 2]))
+
+
+# ---- the grammar alone, C against Python ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    exe = tmp_path_factory.mktemp("grammar") / "grammar_driver"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    f"-I{ROOT / 'firmware' / 'cli'}", str(ROOT / "host_tests" / "c" / "grammar_driver.c"),
+                    str(ROOT / "firmware" / "cli" / "needle_tool_grammar.c"),
+                    str(ROOT / "firmware" / "cli" / "tool_prompt.c"), "-o", str(exe)], check=True)
+    return exe
+
+
+CANDIDATES = list(b'{}[]",:-.0123456789eE \\/abcdntuxyzAZ_') + [0x00, 0x1F, 0x7F, 0xC3, 0xA9, 0xE5, 0x86,
+                                                                   0xB7, 0xED, 0xF0, 0x9F, 0x98, 0x80, 0xFF]
+
+
+def walks(g, r: random.Random, count: int) -> list:
+    """Byte strings that follow the grammar (a random allowed byte each step, drifting to the
+    shortest completion as they grow), some with a random byte at the end."""
+    out = []
+    for _ in range(count):
+        state, data = gm.start(g), bytearray()
+        limit = r.randint(5, 160)
+        while not gm.done(g, state):
+            options = []
+            for b in CANDIDATES:
+                nxt = gm.feed(g, state, b)
+                if nxt is not None:
+                    options.append((gm.min_bytes(g, nxt), b, nxt))
+            if not options:
+                break
+            if len(data) > limit:
+                options.sort(key=lambda o: o[0])
+                options = [o for o in options if o[0] == options[0][0]]
+            _, b, state = r.choice(options)
+            data.append(b)
+        if r.random() < 0.3:
+            data.append(r.choice(CANDIDATES))
+        out.append(bytes(data))
+    return out
+
+
+def python_driver(g, cases: list) -> list:
+    lines = [f"OK {g.nodes[g.root].min_bytes}"]
+    for data in cases:
+        state, parts = gm.start(g), []
+        for b in data:
+            nxt = gm.feed(g, state, b)
+            if nxt is None:
+                parts.append("X")
+                break
+            state = nxt
+            parts.append(str(gm.min_bytes(g, state)))
+        lines.append("".join(" " + p for p in parts) + (" D" if gm.done(g, state) else ""))
+    return lines
+
+
+def run_driver(driver, tmp_path, text: str, force: bool, cases: list) -> list:
+    f = tmp_path / "tools.json"
+    f.write_text(text, encoding="utf-8")
+    proc = subprocess.run([str(driver), str(f), "1" if force else "0"], check=True, capture_output=True,
+                          input="".join(c.hex() + "\n" for c in cases).encode())
+    return proc.stdout.decode("utf-8").splitlines()
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_grammar_equals_the_python_twin(driver, tmp_path, block):
+    """25 random tool lists per block: the same compile result, and on 6 byte walks each the
+    same refusals and shortest-completion lengths after every byte."""
+    compiled = 0
+    for seed in range(block * 25, block * 25 + 25):
+        text = random_tools(seed)
+        force = seed % 3 == 0
+        try:
+            g = compile_tools(text, force_call=force)
+        except CactError as exc:
+            assert run_driver(driver, tmp_path, text, force, []) == [f"ERR {exc}"], text
+            continue
+        compiled += 1
+        cases = walks(g, random.Random(seed), 6)
+        assert run_driver(driver, tmp_path, text, force, cases) == python_driver(g, cases), (seed, text)
+    assert compiled >= 10      # the generator mostly writes valid lists
+
+
+@pytest.mark.parametrize("tools, message", [
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"oneOf": []}}}}],
+     'tool "a": property "x": unsupported keyword "oneOf"'),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": ["string", "null"]}}}}],
+     'tool "a": property "x": type must be one of'),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a|b)"}}}}],
+     "groups and alternation are not supported"),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {
+        "x": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}}],
+     'tool "a": property "x": uniqueItems is supported for arrays of enum'),
+    ([{"name": "a"}, {"name": "a"}], 'tool "a": the name is used by an earlier tool'),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {}, "required": ["q"]}}],
+     'tool "a": required names "q", which is not in properties'),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"enum": [{"k": 1}]}}}}],
+     "enum and const values must be strings, numbers, booleans or null"),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 5,
+                                                                          "maximum": 4}}}}],
+     "no integer satisfies its bounds and multipleOf"),
+    ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/y"}}}}],
+     'unsupported keyword "$ref"'),
+    ([{"name": f"t{i}"} for i in range(33)], "33 tools; the grammar takes 32"),
+])
+def test_unsupported_schemas_fail_with_one_line_naming_tool_and_keyword(driver, tmp_path, tools, message):
+    text = json.dumps(tools)
+    with pytest.raises(CactError) as exc:
+        compile_tools(text)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+    assert run_driver(driver, tmp_path, text, False, []) == [f"ERR {exc.value}"]
+
+
+def test_force_call_needs_a_tool(driver, tmp_path):
+    with pytest.raises(CactError, match="--force-call needs at least one tool"):
+        compile_tools("[]", force_call=True)
+    assert run_driver(driver, tmp_path, "[]", True, []) == ["ERR --force-call needs at least one tool"]
+
+
+# ---- whole turns on the engine ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    """Host engines of a Needle 2 and a Needle 3 golden archive."""
+    root = tmp_path_factory.mktemp("call-engines")
+    out = {}
+    for name in ("tiny", "n3-tiny"):
+        scons("board=host", f"archive={GOLDEN / name / 'archive.cact'}", f"build={root / name}")
+        out[name] = root / name / "needle"
+    return out
+
+
+def _reference(name):
+    a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
+
+
+ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
+                 "confidence_source", "text", "prompt_tokens", "generated_tokens")
+
+
+def python_envelope(model, tok, text: str, query: str, max_new: int, force: bool) -> dict:
+    g = compile_tools(text, force_call=force)
+    env = run_turn(model, tok, g, render_prompt_ids(tok, text, query), max_new)
+    env["confidence"] = float(f"{env['confidence']:.9f}")
+    return {k: env[k] for k in ENVELOPE_KEYS}
+
+
+def check_schema_valid(text: str, calls: list, force: bool) -> None:
+    tools = {t["name"]: t.get("parameters", {"type": "object"}) for t in json.loads(text)}
+    assert isinstance(calls, list) and (calls or not force)
+    for call in calls:
+        assert list(call) == ["name", "arguments"] and call["name"] in tools
+        jsonschema.Draft202012Validator(tools[call["name"]]).validate(call["arguments"])
+
+
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+def test_turns_equal_the_python_twin(engines, tmp_path, name):
+    """Demo tools and random tool lists, two queries, both modes, budgets from tight to
+    roomy: the CLI's envelope is the reference's, and every call is schema-valid."""
+    model, tok = _reference(name)
+    lists = [DEMO_TOOLS.read_text()] + [random_tools(seed) for seed in (3, 11, 17, 42)]
+    checked = 0
+    for i, text in enumerate(lists):
+        try:
+            compile_tools(text, force_call=True)
+        except CactError:
+            continue
+        f = tmp_path / f"tools{i}.json"
+        f.write_text(text, encoding="utf-8")
+        for query, force, max_new in (("set a timer for ten minutes", True, 120),
+                                      ("what's the weather in Lagos?", False, 48),
+                                      ("turn the lights on", True, 200)):
+            try:
+                want = python_envelope(model, tok, text, query, max_new, force)
+            except CactError as exc:   # the prompt or the budget is too small for this list
+                proc = subprocess.run([str(engines[name]), "--tools", str(f), "--query", query, "--max-new",
+                                       str(max_new)] + (["--force-call"] if force else []),
+                                      capture_output=True, text=True)
+                assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+                if "a call needs" in str(exc):
+                    assert str(exc) in proc.stderr
+                continue
+            proc = subprocess.run([str(engines[name]), "--tools", str(f), "--query", query, "--max-new",
+                                   str(max_new)] + (["--force-call"] if force else []),
+                                  capture_output=True, text=True, check=True)
+            got = json.loads(proc.stdout)
+            assert {k: got[k] for k in ENVELOPE_KEYS} == want, (text, query)
+            check_schema_valid(text, got["function_calls"], force)
+            assert got["generated_tokens"] <= max_new and got["text"].endswith("<|im_end|>")
+            checked += 1
+    assert checked >= 6
+
+
+def test_raw_keeps_the_plain_greedy_text(engines):
+    """--raw is the unconstrained continuation (what --tools/--query printed before the grammar)."""
+    raw = subprocess.run([str(engines["tiny"]), "--tools", str(DEMO_TOOLS), "--query", "hi", "--max-new", "6",
+                          "--raw"], capture_output=True, text=True, check=True).stdout
+    ids = subprocess.run([str(engines["tiny"]), "--tools", str(DEMO_TOOLS), "--query", "hi", "--max-new", "6",
+                          "--ids"], capture_output=True, text=True, check=True).stdout
+    model, tok = _reference("tiny")
+    want = tok.decode([int(x) for x in ids.strip().split(",")])
+    assert raw == want + "\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "x", "--raw"], "--raw and --force-call go with --tools and --query"),
+    (["--tools", str(DEMO_TOOLS), "--query", "x", "--raw", "--force-call"], "choose one"),
+    (["--tools", str(DEMO_TOOLS), "--query", "x", "--ids", "--force-call"], "drop --force-call"),
+    (["--tools", str(DEMO_TOOLS), "--query", "x", "--force-call", "--max-new", "10"],
+     "a call needs at least"),
+])
+def test_call_flag_errors(engines, args, message):
+    proc = subprocess.run([str(engines["tiny"])] + args, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
