@@ -80,6 +80,38 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
 
 
+_TWIN: dict = {}
+
+
+def _twin_envelope(name: str) -> dict:
+    """The Python twin's envelope of the demo call (generator/tools/decode.py), once per archive."""
+    if name not in _TWIN:
+        from host_tests.test_tool_call import _reference, python_envelope
+        model, tok = _reference(name)
+        _TWIN[name] = python_envelope(model, tok, (ROOT / "demo" / "tools.json").read_text(),
+                                      CALL_QUERY, 64, True)
+    return _TWIN[name]
+
+
+CALL_QUERY = "set a timer for ten minutes"
+
+
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+@pytest.mark.parametrize("board_name", BOARDS)
+def test_board_constrained_call_equals_the_twin(built, board_name, name, tmp_path):
+    """The demo tool call, constrained, under the board's emulator: the envelope (timings and
+    memory aside) is the Python twin's, token for token (docs/grammar.md)."""
+    from host_tests.test_tool_call import ENVELOPE_KEYS
+    import json
+    board = boards.load(board_name)
+    proc = run_on(board, built[board_name, name], ["--tools", str(ROOT / "demo" / "tools.json"), "--query",
+                                                   CALL_QUERY, "--force-call", "--max-new", "64"], tmp_path, name)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert {k: got[k] for k in ENVELOPE_KEYS} == _twin_envelope(name)
+    assert got["type"] == "call" and got["function_calls"]
+
+
 @pytest.mark.parametrize("board_name", BOARDS)
 def test_board_boot_check_and_errors(built, board_name, tmp_path):
     """Errors are one line with a real exit status under emulation too."""

@@ -176,7 +176,10 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     for (;;) {
         uint32_t id;
         int in_call = d.phase == PH_CALL;
-        if (choose(&d, lg, &id))
+        double c0 = seconds();
+        int none = choose(&d, lg, &id);
+        if (c0 >= 0) env->grammar_s += seconds() - c0;
+        if (none)
             return FAIL(err, errcap, "the grammar allows no token (a bug: please report the tool list)");
         if (in_call) {
             float p = needle_token_prob(lg, id);
@@ -354,5 +357,11 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     put_u(&o, env->generated_tokens);
     puts_(&o, ",\"grammar_checks\":");
     put_u(&o, env->grammar_checks);
+    puts_(&o, ",\"grammar_ms\":");
+    if (env->decode_s < 0) puts_(&o, "null");
+    else put_rate(&o, env->grammar_s * 1000.0, 1.0);
+    puts_(&o, ",\"decode_ms\":");
+    if (env->decode_s < 0) puts_(&o, "null");
+    else put_rate(&o, env->decode_s * 1000.0, 1.0);
     puts_(&o, "}");
 }

@@ -28,6 +28,7 @@ typedef struct {
     float confidence;            /* the smallest probability of a call token (and </tool_call>) */
     uint32_t prompt_tokens, generated_tokens;
     double prefill_s, decode_s;  /* < 0 where the board has no clock */
+    double grammar_s;            /* of decode_s: choosing tokens (grammar checks, arg-max passes) */
     uint64_t grammar_checks;     /* tokens tried against the grammar */
 } needle_envelope;
 

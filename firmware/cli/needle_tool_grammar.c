@@ -608,7 +608,7 @@ static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
     }
     n->item0 = (uint16_t)g->n_item;
     n->n_item = 0;
-    ng_set any = { .n = 0 };
+    static const ng_set any = { .n = 0 };
     if (!anchored_start && pat_emit(&p, n, NG_P_STAR, 1, &any, 1) < 0) return -1;
     int too_long = 0;
     while (i < end) {
@@ -621,7 +621,8 @@ static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
             return pat_fail(&p, m);
         }
         if (ch == '{') return pat_fail(&p, "a literal { must be escaped (\\{)");
-        ng_set set = { .n = 0 };
+        static ng_set set;
+        set.n = 0;
         uint8_t negate = 0;
         if (ch == '.') { negate = 1; set_add(&set, 10, 10); i++; }
         else if (ch == '[') {
@@ -642,7 +643,8 @@ static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
                 if (j + 1 < end && cps.cp[j] == '-' && cps.cp[j + 1] != ']') {
                     uint32_t hi;
                     if (cps.cp[j + 1] == '\\') {
-                        ng_set tmp = { .n = 0 };
+                        static ng_set tmp;
+                        tmp.n = 0;
                         int r = pat_escape(&p, j + 1, end, &tmp, &hi);
                         if (r < 0) return -1;
                         if (r == 1) return pat_fail(&p, "a class range must end in a single character");
@@ -1082,7 +1084,7 @@ int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len
                            char *err, size_t errcap)
 {
     static char work[NEEDLE_GRAMMAR_TEXT_MAX + 96u];
-    ng_comp c;
+    static ng_comp c;      /* static: frames stay small (the watches' stack guard is 1 KiB) */
     size_t v, ignored;
     c.g = g;
     c.e.buf = err; c.e.cap = err ? errcap : 0; c.e.n = 0;
