@@ -120,7 +120,8 @@ def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path):
         assert str(build) not in text and str(ROOT) not in text, rel
     members = subprocess.run(["arm-none-eabi-ar", "t", str(sdk_dir / "lib" / "libneedle.a")], capture_output=True,
                              text=True, check=True).stdout.split()
-    assert members == ["needle_model.o", "needle_kernels.o", "needle_tokenizer.o", "needle_archive.o", "tool_prompt.o"]
+    assert members == ["needle_model.o", "needle_kernels.o", "needle_tokenizer.o", "needle_archive.o", "tool_prompt.o",
+                       "needle_tool_grammar.o", "needle_tool_call.o"]
 
     moved = tmp_path / "elsewhere" / "sdk"
     shutil.copytree(sdk_dir, moved)

@@ -331,3 +331,15 @@ def test_call_flag_errors(engines, args, message):
     proc = subprocess.run([str(engines["tiny"])] + args, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_unique_arrays_count_distinct_values_like_the_twin(driver, tmp_path):
+    """uniqueItems with values of different lengths: the shortest completion counts distinct
+    values (the open item included), in C as in Python (found by host_tests/test_grammar.py)."""
+    text = json.dumps([{"name": "t", "parameters": {"type": "object", "required": ["a"], "properties": {
+        "a": {"type": "array", "items": {"enum": ["a", "bbbbbb", "cc"]}, "uniqueItems": True, "minItems": 2}}}}])
+    g = compile_tools(text, force_call=True)
+    cases = walks(g, random.Random(5), 20) + [b'[{"name":"t","arguments":{"a":["a"', b'[{"name":"t","arguments":{"a":["cc","a"]}}]']
+    assert run_driver(driver, tmp_path, text, True, cases) == python_driver(g, cases)
+    state = gm.feed_bytes(g, gm.start(g), b'[{"name":"t","arguments":{"a":["a"')
+    assert gm.min_bytes(g, state) == len(b',"cc"]}}]')

@@ -818,6 +818,8 @@ static int compile_array(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, uint
     return 0;
 }
 
+static uint32_t unique_item(const needle_grammar *g, const needle_gnode *child, uint64_t used, uint32_t j);
+
 static int array_done(ng_comp *c, uint32_t idx)
 {
     needle_grammar *g = c->g;
@@ -835,7 +837,12 @@ static int array_done(ng_comp *c, uint32_t idx)
             return -1;
         }
     }
-    n->min_bytes = 2u + (uint32_t)n->min_len * ch->min_bytes + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
+    if (n->unique) {   /* distinct values: the min_len shortest alternatives */
+        n->min_bytes = 2u + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
+        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) n->min_bytes += unique_item(g, ch, 0, j);
+    } else {
+        n->min_bytes = 2u + (uint32_t)n->min_len * ch->min_bytes + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
+    }
     return 0;
 }
 
@@ -1616,6 +1623,24 @@ static uint32_t frame_rest(const needle_grammar *g, const needle_gframe *f)
 uint32_t needle_grammar_min_bytes(const needle_grammar *g, const needle_gstate *s)
 {
     uint32_t total = 0;
-    for (uint32_t i = 0; i < s->depth; i++) total += frame_rest(g, &s->f[i]);
+    for (uint32_t i = 0; i < s->depth; i++) {
+        const needle_gframe *f = &s->f[i];
+        if (f->kind == NG_ARR && g->node[f->node].unique && i + 1u < s->depth) {
+            /* the open item (the top frame, a LIT) is counted with its array: the items
+             * still needed must differ from the value it becomes, so take the best one */
+            const needle_gframe *c = &s->f[i + 1u];
+            const needle_gnode *cn = &g->node[c->node];
+            uint32_t best = INF;
+            for (uint32_t j = 0; j < cn->n_ref; j++)
+                if (c->mask >> j & 1u) {
+                    needle_gframe a = *f;
+                    a.mask |= 1ull << j;
+                    uint32_t r = g->ref[cn->ref0 + j].len - c->pos + frame_rest(g, &a);
+                    if (r < best) best = r;
+                }
+            return total + best;
+        }
+        total += frame_rest(g, f);
+    }
     return total;
 }

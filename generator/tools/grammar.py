@@ -534,4 +534,14 @@ def _frame_rest(g, f, top: bool) -> int:
 
 def min_bytes(g, state: tuple) -> int:
     """Length in bytes of the shortest completion of the call list."""
-    return sum(_frame_rest(g, f, i == len(state) - 1) for i, f in enumerate(state))
+    total = 0
+    for i, f in enumerate(state):
+        if f[0] == ARR and g.nodes[f[1]].unique and i + 1 < len(state):
+            # the open item (the top frame, a LIT) is counted with its array: the items still
+            # needed must differ from the value it becomes, so take the best value j for it
+            c = state[i + 1]
+            alts = g.nodes[c[1]].alts
+            return total + min(len(a) - c[2] + _frame_rest(g, f[:4] + (f[4] | 1 << j,), False)
+                               for j, a in enumerate(alts) if c[3] >> j & 1)
+        total += _frame_rest(g, f, i == len(state) - 1)
+    return total

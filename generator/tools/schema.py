@@ -322,7 +322,10 @@ class _Compiler:
             if node.min_len > len(child.alts):
                 raise CactError(f"{where}: minItems {node.min_len} exceeds the {len(child.alts)} "
                                 f"distinct values of its items")
-        node.min_bytes = 2 + node.min_len * child.min_bytes + max(0, node.min_len - 1)
+        if node.unique:   # distinct values: the min_len shortest alternatives
+            node.min_bytes = 2 + sum(sorted(len(a) for a in child.alts)[:node.min_len]) + max(0, node.min_len - 1)
+        else:
+            node.min_bytes = 2 + node.min_len * child.min_bytes + max(0, node.min_len - 1)
         return idx
 
     def object(self, s: JVal, where: str, depth: int) -> int:
