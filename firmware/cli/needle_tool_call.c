@@ -83,25 +83,36 @@ static int allowed(call_decoder *d, uint32_t id)
     }
 }
 
-/* The allowed id with the largest logit (the lowest id on a tie): candidates are tried in
- * that order, each pass finding the next one, until one is allowed. */
+/* Candidates are tried in the order (logit descending, id ascending) and only until one is
+ * allowed.  Each pass over the logits collects the next BATCH of them in that order (a
+ * small sorted array), so k rejections cost about k / BATCH passes, not k. */
+#define BATCH 128u
+
+static int before(const float *lg, uint32_t a, uint32_t b)   /* a comes before b */
+{
+    return lg[a] > lg[b] || (lg[a] == lg[b] && a < b);
+}
+
+/* The allowed id with the largest logit (the lowest id on a tie). */
 static int choose(call_decoder *d, const float *lg, uint32_t *out)
 {
-    int have_prev = 0;
-    float prev_l = 0.0f;
-    uint32_t prev_i = 0;
+    static uint32_t batch[BATCH];   /* static: small frames (the watches' stack guard is 1 KiB) */
+    uint32_t n, last = 0;
+    int have_last = 0;
     for (;;) {
-        int found = 0;
-        uint32_t best = 0;
+        n = 0;
         for (uint32_t i = 0; i < d->n; i++) {
-            if (have_prev && !(lg[i] < prev_l || (lg[i] == prev_l && i > prev_i))) continue;
-            if (!found || lg[i] > lg[best]) { best = i; found = 1; }
+            if (have_last && !before(lg, last, i)) continue;       /* already tried */
+            if (n == BATCH && !before(lg, i, batch[n - 1])) continue;
+            uint32_t k = n < BATCH ? n++ : n - 1;                 /* insert i in order */
+            for (; k > 0 && before(lg, i, batch[k - 1]); k--) batch[k] = batch[k - 1];
+            batch[k] = i;
         }
-        if (!found) return -1;
-        if (allowed(d, best)) { *out = best; return 0; }
-        have_prev = 1;
-        prev_l = lg[best];
-        prev_i = best;
+        if (n == 0) return -1;
+        for (uint32_t k = 0; k < n; k++)
+            if (allowed(d, batch[k])) { *out = batch[k]; return 0; }
+        last = batch[n - 1];
+        have_last = 1;
     }
 }
 
