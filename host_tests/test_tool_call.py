@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -331,3 +332,34 @@ def test_call_flag_errors(engines, args, message):
     proc = subprocess.run([str(engines["tiny"])] + args, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+# ---- tools built in: scons tools=FILE ------------------------------------------------------------
+def test_built_in_tools_equal_the_tools_file(tmp_path):
+    """scons tools=FILE compiles the list in: `needle --query Q` is `needle --tools FILE --query Q`."""
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}",
+          f"tools={DEMO_TOOLS}")
+    exe = tmp_path / "b" / "needle"
+    args = ["--query", "set a timer for ten minutes", "--force-call", "--max-new", "64"]
+    builtin = json.loads(subprocess.run([str(exe)] + args, capture_output=True, text=True, check=True).stdout)
+    given = json.loads(subprocess.run([str(exe), "--tools", str(DEMO_TOOLS)] + args, capture_output=True,
+                                      text=True, check=True).stdout)
+    assert {k: builtin[k] for k in ENVELOPE_KEYS} == {k: given[k] for k in ENVELOPE_KEYS}
+    gen = (tmp_path / "b" / "gen" / "needle_tools.c").read_text()
+    assert compile_tools(DEMO_TOOLS.read_text()).tools_json.replace('"', '\\"') in gen
+
+
+def test_bad_built_in_tools_fail_the_build_in_one_line(tmp_path):
+    bad = tmp_path / "tools.json"
+    bad.write_text(json.dumps([{"name": "lights", "parameters": {"type": "object", "properties": {
+        "level": {"type": "integer", "oneOf": []}}}}]))
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "board=host", f"build={tmp_path / 'b'}",
+                           f"tools={bad}"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and not (tmp_path / "b").exists()
+    assert proc.stderr.count("\n") == 1
+    assert 'tools=' in proc.stderr and 'tool "lights": property "level": unsupported keyword "oneOf"' in proc.stderr
+
+
+def test_query_without_tools_names_the_fix(engines):
+    proc = subprocess.run([str(engines["tiny"]), "--query", "x"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "scons tools=FILE" in proc.stderr

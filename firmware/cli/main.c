@@ -44,6 +44,9 @@
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
 #include "needle_tool_call.h"
+#ifdef NEEDLE_TOOLS_BUILTIN
+#include "needle_tools.h"     /* scons tools=FILE: the built-in tool list */
+#endif
 #include "bench.h"
 #include "serve.h"
 
@@ -401,8 +404,14 @@ static int cli(int argc, char **argv)
     if (system && !tools) return hal_fail(2, "--system goes with --tools and --query");
     if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
-    if ((tools || query) && !serving && (!tools || !query)) return hal_fail(2, "--tools and --query go together");
-    if ((raw || force_call) && !(tools && query))
+#ifdef NEEDLE_TOOLS_BUILTIN
+    if (tools && !query && !serving) return hal_fail(2, "--tools goes with --query");
+#else
+    if ((tools || query) && !serving && (!tools || !query))
+        return hal_fail(2, "--tools and --query go together (this firmware has no built-in tools: scons "
+                       "tools=FILE builds them in)");
+#endif
+    if ((raw || force_call) && !query)
         return hal_fail(2, "--raw and --force-call go with --tools and --query");
     if (raw && force_call) return hal_fail(2, "--force-call constrains the call and --raw turns the grammar off: choose one");
     if (print_ids && force_call) return hal_fail(2, "--ids prints the plain greedy ids (like --raw): drop --force-call");
@@ -418,6 +427,13 @@ static int cli(int argc, char **argv)
     size_t tools_len = 0;
     if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
         return hal_fail(2, "cannot read %s: %s", tools, hal_reason());
+#ifdef NEEDLE_TOOLS_BUILTIN
+    if (query && !tools) {    /* the built-in list (validated when the firmware was built) */
+        tools = "built-in tools";
+        tools_len = NEEDLE_TOOLS_JSON_BYTES;
+        memcpy(tools_json, needle_tools_json, tools_len);
+    }
+#endif
 #ifdef NEEDLE_ARCHIVE_FILE
     if (needle_archive_map(archive)) return hal_fail(3, "%s", needle_error());
 #endif
