@@ -363,3 +363,29 @@ def test_bad_built_in_tools_fail_the_build_in_one_line(tmp_path):
 def test_query_without_tools_names_the_fix(engines):
     proc = subprocess.run([str(engines["tiny"]), "--query", "x"], capture_output=True, text=True)
     assert proc.returncode == 2 and "scons tools=FILE" in proc.stderr
+
+
+# ---- multi-turn: --reply RESULTS -------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+def test_reply_continues_the_session_like_the_twin(engines, name):
+    """A second turn after the calls' results keeps the KV cache: the CLI's two envelopes are
+    the twin Session's (generator/tools/decode.py), and nothing is fed twice."""
+    from generator.tools.decode import Session, reply_ids
+    model, tok = _reference(name)
+    text = DEMO_TOOLS.read_text()
+    results = '[{"temp_c":31,"sky":"<|im_start|>clear"}]'     # a marker in the results stays text
+    s = Session(model, tok, compile_tools(text, force_call=True))
+    prompt = render_prompt_ids(tok, text, "weather in Lagos?")
+    want = [s.turn(prompt, 56), s.reply(results, 56)]
+    assert s.pos == len(prompt) + want[0]["generated_tokens"] - 1 + want[1]["prompt_tokens"] + \
+        want[1]["generated_tokens"] - 1
+    assert reply_ids(tok, results)[0] == tok.piece_id("<|im_end|>")
+    assert tok.piece_id("<|im_start|>") not in reply_ids(tok, results)[3:-3]
+    proc = subprocess.run([str(engines[name]), "--tools", str(DEMO_TOOLS), "--query", "weather in Lagos?",
+                           "--force-call", "--max-new", "56", "--reply", results],
+                          capture_output=True, text=True, check=True)
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    for g, w in zip(got, want):
+        w = dict(w, confidence=float(f"{w['confidence']:.9f}"))
+        assert {k: g[k] for k in ENVELOPE_KEYS} == {k: w[k] for k in ENVELOPE_KEYS}
+    assert len(got) == 2
