@@ -190,10 +190,13 @@ def _tools_action(target, source, env):
                 text = fh.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise CactError(f"cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+        from generator.tools import bindings
         g = compile_tools(text)
         names = {"version": __version__, "source": source[0].path, "count": len(g.tool_names),
                  "names": g.tool_names, "json": g.tools_json,
-                 "json_bytes": len(g.tools_json.encode("utf-8", "surrogatepass"))}
+                 "json_bytes": len(g.tools_json.encode("utf-8", "surrogatepass")),
+                 "tools": bindings.plan(g)}
+        names.update({k: v for k, v in vars(bindings).items() if k.startswith("NB_")})
         for t in target:
             with open(t.abspath, "w", encoding="utf-8") as fh:
                 fh.write(render.render(os.path.basename(t.path) + ".j2", names))
