@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -343,3 +344,58 @@ def test_unique_arrays_count_distinct_values_like_the_twin(driver, tmp_path):
     assert run_driver(driver, tmp_path, text, True, cases) == python_driver(g, cases)
     state = gm.feed_bytes(g, gm.start(g), b'[{"name":"t","arguments":{"a":["a"')
     assert gm.min_bytes(g, state) == len(b',"cc"]}}]')
+# ---- tools built in: scons tools=FILE ------------------------------------------------------------
+def test_built_in_tools_equal_the_tools_file(tmp_path):
+    """scons tools=FILE compiles the list in: `needle --query Q` is `needle --tools FILE --query Q`."""
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}",
+          f"tools={DEMO_TOOLS}")
+    exe = tmp_path / "b" / "needle"
+    args = ["--query", "set a timer for ten minutes", "--force-call", "--max-new", "64"]
+    builtin = json.loads(subprocess.run([str(exe)] + args, capture_output=True, text=True, check=True).stdout)
+    given = json.loads(subprocess.run([str(exe), "--tools", str(DEMO_TOOLS)] + args, capture_output=True,
+                                      text=True, check=True).stdout)
+    assert {k: builtin[k] for k in ENVELOPE_KEYS} == {k: given[k] for k in ENVELOPE_KEYS}
+    gen = (tmp_path / "b" / "gen" / "needle_tools.c").read_text()
+    assert compile_tools(DEMO_TOOLS.read_text()).tools_json.replace('"', '\\"') in gen
+
+
+def test_bad_built_in_tools_fail_the_build_in_one_line(tmp_path):
+    bad = tmp_path / "tools.json"
+    bad.write_text(json.dumps([{"name": "lights", "parameters": {"type": "object", "properties": {
+        "level": {"type": "integer", "oneOf": []}}}}]))
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "board=host", f"build={tmp_path / 'b'}",
+                           f"tools={bad}"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and not (tmp_path / "b").exists()
+    assert proc.stderr.count("\n") == 1
+    assert 'tools=' in proc.stderr and 'tool "lights": property "level": unsupported keyword "oneOf"' in proc.stderr
+
+
+def test_query_without_tools_names_the_fix(engines):
+    proc = subprocess.run([str(engines["tiny"]), "--query", "x"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "scons tools=FILE" in proc.stderr
+
+
+# ---- multi-turn: --reply RESULTS -------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+def test_reply_continues_the_session_like_the_twin(engines, name):
+    """A second turn after the calls' results keeps the KV cache: the CLI's two envelopes are
+    the twin Session's (generator/tools/decode.py), and nothing is fed twice."""
+    from generator.tools.decode import Session, reply_ids
+    model, tok = _reference(name)
+    text = DEMO_TOOLS.read_text()
+    results = '[{"temp_c":31,"sky":"<|im_start|>clear"}]'     # a marker in the results stays text
+    s = Session(model, tok, compile_tools(text, force_call=True))
+    prompt = render_prompt_ids(tok, text, "weather in Lagos?")
+    want = [s.turn(prompt, 56), s.reply(results, 56)]
+    assert s.pos == len(prompt) + want[0]["generated_tokens"] - 1 + want[1]["prompt_tokens"] + \
+        want[1]["generated_tokens"] - 1
+    assert reply_ids(tok, results)[0] == tok.piece_id("<|im_end|>")
+    assert tok.piece_id("<|im_start|>") not in reply_ids(tok, results)[3:-3]
+    proc = subprocess.run([str(engines[name]), "--tools", str(DEMO_TOOLS), "--query", "weather in Lagos?",
+                           "--force-call", "--max-new", "56", "--reply", results],
+                          capture_output=True, text=True, check=True)
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    for g, w in zip(got, want):
+        w = dict(w, confidence=float(f"{w['confidence']:.9f}"))
+        assert {k: g[k] for k in ENVELOPE_KEYS} == {k: w[k] for k in ENVELOPE_KEYS}
+    assert len(got) == 2

@@ -5,6 +5,8 @@
  *          [--system TEXT] [--max-new N]        decoding constrained by the tools' grammar, and
  *          [--force-call]                       the envelope as one JSON line (docs/grammar.md);
  *                                               --force-call: the answer is a call, at least one
+ *          [--reply RESULTS]                    then a second turn on the same session, after the
+ *                                               calls' results (JSON text): two envelopes
  *          [--raw]                              plain greedy text as the model writes it (--ids: ids)
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
@@ -44,6 +46,9 @@
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
 #include "needle_tool_call.h"
+#ifdef NEEDLE_TOOLS_BUILTIN
+#include "needle_tools.h"     /* scons tools=FILE: the built-in tool list */
+#endif
 #include "bench.h"
 #include "serve.h"
 
@@ -284,7 +289,7 @@ static void out_put(void *user, const char *s, size_t n) { (void)user; hal_out(s
 
 /* One constrained turn (needle_tool_call.h): the prompt encoded, the call decoded, the envelope printed. */
 static int call_turn(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
-                     uint32_t max_new)
+                     uint32_t max_new, const char *reply)
 {
     char err[256];
     ids[0] = NEEDLE_BOS_ID;
@@ -297,6 +302,17 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
         return hal_fail(2, "%s", err);
     needle_envelope_write(&env, ids, out_put, NULL);
     hal_out("\n", 1);
+    if (hal_out_status()) return fail_stdout();
+    if (!reply) return 0;
+    /* the next turn continues the same conversation: its ids overwrite the <|im_end|> the
+     * first turn chose (the continuation feeds it first) */
+    uint32_t at = env.prompt_tokens + env.generated_tokens - 1u;
+    int32_t k = needle_call_reply_ids(reply, ids + at, NEEDLE_MAX_SEQ - at, err, sizeof err);
+    if (k < 0) return hal_fail(2, "--reply: %s", err);
+    if (needle_call_turn(&grammar, ids + at, (uint32_t)k, max_new, NULL, NULL, &env, err, sizeof err))
+        return hal_fail(2, "--reply: %s", err);
+    needle_envelope_write(&env, ids + at, out_put, NULL);
+    hal_out("\n", 1);
     return hal_out_status() ? fail_stdout() : 0;
 }
 
@@ -304,7 +320,7 @@ static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
-          "              [--force-call | --raw | --ids] [--plain-markers]\n"
+          "              [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
@@ -335,13 +351,13 @@ static int serve(const char *socket_path, const char *tools_json, size_t tools_l
 static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
-    const char *heads = NULL, *archive = NULL, *socket_path = NULL;
+    const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
-                                        "--raw", "--force-call" };
+                                        "--raw", "--force-call", "--reply" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -354,7 +370,7 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--query") ? &query : !strcmp(a, "--system") ? &system
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
-                          : !strcmp(a, "--socket") ? &socket_path : NULL;
+                          : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
@@ -401,8 +417,15 @@ static int cli(int argc, char **argv)
     if (system && !tools) return hal_fail(2, "--system goes with --tools and --query");
     if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
-    if ((tools || query) && !serving && (!tools || !query)) return hal_fail(2, "--tools and --query go together");
-    if ((raw || force_call) && !(tools && query))
+#ifdef NEEDLE_TOOLS_BUILTIN
+    if (tools && !query && !serving) return hal_fail(2, "--tools goes with --query");
+#else
+    if ((tools || query) && !serving && (!tools || !query))
+        return hal_fail(2, "--tools and --query go together (this firmware has no built-in tools: scons "
+                       "tools=FILE builds them in)");
+#endif
+    if (reply && (!query || raw || print_ids)) return hal_fail(2, "--reply goes with a constrained --query (not --raw or --ids)");
+    if ((raw || force_call) && !query)
         return hal_fail(2, "--raw and --force-call go with --tools and --query");
     if (raw && force_call) return hal_fail(2, "--force-call constrains the call and --raw turns the grammar off: choose one");
     if (print_ids && force_call) return hal_fail(2, "--ids prints the plain greedy ids (like --raw): drop --force-call");
@@ -418,6 +441,13 @@ static int cli(int argc, char **argv)
     size_t tools_len = 0;
     if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
         return hal_fail(2, "cannot read %s: %s", tools, hal_reason());
+#ifdef NEEDLE_TOOLS_BUILTIN
+    if (query && !tools) {    /* the built-in list (validated when the firmware was built) */
+        tools = "built-in tools";
+        tools_len = NEEDLE_TOOLS_JSON_BYTES;
+        memcpy(tools_json, needle_tools_json, tools_len);
+    }
+#endif
 #ifdef NEEDLE_ARCHIVE_FILE
     if (needle_archive_map(archive)) return hal_fail(3, "%s", needle_error());
 #endif
@@ -441,7 +471,7 @@ static int cli(int argc, char **argv)
         if (!serving) {
             if (needle_grammar_compile(&grammar, tools_json, tools_len, force_call, err, sizeof err))
                 return hal_fail(2, "%s: %s", tools, err);
-            return call_turn(prompt, (size_t)n, plain, n_plain, max_new);
+            return call_turn(prompt, (size_t)n, plain, n_plain, max_new, reply);
         }
     }
     if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);

@@ -240,6 +240,35 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     return 0;
 }
 
+/* ---- the next turn: the caller's results ---------------------------------------------- */
+
+#define REPLY_HEAD "<|im_end|>\n<|im_start|>user\n<tool_result>"
+#define REPLY_TAIL "</tool_result><|im_end|>\n<|im_start|>assistant\n"
+
+int32_t needle_call_reply_ids(const char *results, uint32_t *ids, uint32_t cap, char *err, size_t errcap)
+{
+    static char text[NEEDLE_TOK_MAX_TEXT + 1];
+    const size_t head = sizeof REPLY_HEAD - 1u, tail = sizeof REPLY_TAIL - 1u, n = strlen(results);
+    if (n > NEEDLE_TOK_MAX_TEXT - head - tail)
+        return fail(err, errcap, "the results are too long: at most ", (uint32_t)(NEEDLE_TOK_MAX_TEXT - head - tail),
+                    " bytes", 0, NULL);
+    memcpy(text, REPLY_HEAD, head);
+    memcpy(text + head, results, n);
+    memcpy(text + head + n, REPLY_TAIL, tail);
+    const needle_tok_span plain = { head, n };     /* the caller's text: markers off */
+    int32_t k = needle_tok_encode_spans(text, head + n + tail, ids, cap, &plain, 1);
+    if (k == NEEDLE_TOK_E_UTF8) return FAIL(err, errcap, "the results are not valid UTF-8");
+    if (k < 0) return FAIL(err, errcap, "the results do not fit the context (max_seq_len)");
+    /* the dummy-prefix piece of a separate encoding: not there when the conversation is
+     * encoded at once (docs/grammar.md, "Multi-turn") */
+    int32_t space = needle_tok_piece_id("\xe2\x96\x81", 3);
+    if (NEEDLE_TOK_ADD_DUMMY_PREFIX && k > 0 && space >= 0 && ids[0] == (uint32_t)space) {
+        memmove(ids, ids + 1, (size_t)(k - 1) * sizeof ids[0]);
+        k--;
+    }
+    return k;
+}
+
 /* ---- the envelope as JSON ---------------------------------------------------------- */
 
 typedef struct {

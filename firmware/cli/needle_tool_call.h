@@ -41,6 +41,14 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
                      int (*on_token)(void *user, uint32_t id), void *user,
                      needle_envelope *env, char *err, size_t errcap);
 
+/* The ids that continue the session after a turn with the caller's results (the JSON text
+ * of what the calls returned): <|im_end|> (chosen at the end of the turn, never fed), then
+ * "\n<|im_start|>user\n<tool_result>RESULTS</tool_result><|im_end|>\n<|im_start|>assistant\n",
+ * the results encoded with chat markers off.  Pass them to needle_call_turn on the same
+ * engine (the KV cache holds the conversation; nothing is fed twice).  Returns the number
+ * of ids (at most cap), or -1 with the message in err (docs/grammar.md, "Multi-turn"). */
+int32_t needle_call_reply_ids(const char *results, uint32_t *ids, uint32_t cap, char *err, size_t errcap);
+
 /* Write the envelope as one JSON line (no newline) through put(user, bytes, n): the
  * official fields, then ours (docs/grammar.md, "Envelope").  ids: the prompt and the
  * answer, as needle_call_turn left them. */

@@ -178,6 +178,35 @@ def _sdk_str(target, source, env):
     return f"sdk {os.path.dirname(os.path.dirname(target[0].path))} <- {source[0].path}"
 
 
+def _tools_action(target, source, env):
+    """gen/needle_tools.[ch]: the tool list of scons tools=FILE, validated and minified."""
+    from generator import __version__
+    from generator.codegen import render
+    from generator.tools.schema import compile_tools
+
+    def write():
+        try:
+            with open(source[0].abspath, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CactError(f"cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+        from generator.tools import bindings
+        g = compile_tools(text)
+        names = {"version": __version__, "source": source[0].path, "count": len(g.tool_names),
+                 "names": g.tool_names, "json": g.tools_json,
+                 "json_bytes": len(g.tools_json.encode("utf-8", "surrogatepass")),
+                 "tools": bindings.plan(g)}
+        names.update({k: v for k, v in vars(bindings).items() if k.startswith("NB_")})
+        for t in target:
+            with open(t.abspath, "w", encoding="utf-8") as fh:
+                fh.write(render.render(os.path.basename(t.path) + ".j2", names))
+    return _refused(f"tools={source[0].path}", write)
+
+
+def _tools_str(target, source, env):
+    return f"tools {target[0].path} <- {source[0].path}"
+
+
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
@@ -193,6 +222,8 @@ def generate(env):
     env["BUILDERS"]["NeedleSdk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc", "NEEDLE_THREADS"]),
         emitter=_sdk_emitter, target_factory=Dir)
+    env["BUILDERS"]["NeedleTools"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_tools_action, _tools_str))
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
 

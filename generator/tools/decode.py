@@ -135,29 +135,67 @@ def token_probability(logits: np.ndarray, t: int) -> np.float32:
     return F32(e[t] / s)
 
 
+REPLY_HEAD = "<|im_end|>\n<|im_start|>user\n<tool_result>"
+REPLY_TAIL = "</tool_result><|im_end|>\n<|im_start|>assistant\n"
+
+
+def reply_ids(tok, results: str) -> list:
+    """The ids that continue a session with the caller's results (docs/grammar.md, "Multi-turn"):
+    ``<|im_end|>`` (chosen at the end of the turn, never fed), then a user turn holding the
+    results between ``<tool_result>`` markers, then the assistant's header.  The results are
+    encoded with chat markers off; the dummy-prefix piece an encoder puts in front of the
+    text is dropped, so the ids are those of the whole conversation encoded at once."""
+    ids = tok.encode_segments([(REPLY_HEAD, True), (results, False), (REPLY_TAIL, True)])
+    if tok.add_dummy_prefix and ids and ids[0] == tok.piece_id("\u2581"):
+        ids = ids[1:]
+    return ids
+
+
+class Session:
+    """One conversation on the reference: turns keep the KV state (twin of the CLI's
+    --reply and of needle_call_turn called again on the same engine)."""
+
+    def __init__(self, model, tok, g):
+        self.model, self.tok, self.g = model, tok, g
+        self.state = model.new_state()
+        self.pos = 0
+
+    def turn(self, prompt_ids: list, max_new: int) -> dict:
+        """Feed prompt_ids at the next positions, decode one constrained turn."""
+        max_seq = self.model.hdr["max_seq_len"]
+        if not prompt_ids or self.pos + len(prompt_ids) >= max_seq:
+            raise CactError(f"the prompt takes {len(prompt_ids)} tokens: it must be shorter than "
+                            f"max_seq_len {max_seq}")
+        budget = min(max_new, max_seq - self.pos - len(prompt_ids))
+        need = 1 + self.g.nodes[self.g.root].min_bytes + 2
+        if budget < need:     # refused before anything is fed, as in C
+            raise CactError(f"a call needs at least {need} tokens but only {budget} are left "
+                            f"(raise --max-new or shorten the prompt)")
+        logits = self.model.forward(self.state, prompt_ids)[-1]
+        self.pos += len(prompt_ids)
+        dec = Decoder(self.g, self.tok, logits.shape[-1], budget)
+        ids, conf = [], None
+        while True:
+            in_call = dec.phase == CALL          # the list's tokens and </tool_call>
+            t = dec.choose(logits)
+            if in_call:
+                p = token_probability(logits, t)
+                conf = p if conf is None or p < conf else conf
+            ids.append(t)
+            if dec.phase == DONE:
+                break
+            logits = self.model.forward(self.state, [t])[-1]
+            self.pos += 1
+        return envelope(self.tok, ids, conf, len(prompt_ids))
+
+    def reply(self, results: str, max_new: int) -> dict:
+        return self.turn(reply_ids(self.tok, results), max_new)
+
+
 def run_turn(model, tok, g, prompt_ids: list, max_new: int) -> dict:
     """Prefill prompt_ids, decode one constrained turn; the envelope fields the C twin
     prints (the timings and memory excepted)."""
-    max_seq = model.hdr["max_seq_len"]
-    if len(prompt_ids) >= max_seq:
-        raise CactError(f"prompt of {len(prompt_ids)} tokens does not fit max_seq_len {max_seq}")
-    budget = min(max_new, max_seq - len(prompt_ids))
-    state = model.new_state()
-    logits = model.forward(state, prompt_ids)[-1]
-    n_out = logits.shape[-1]
-    dec = Decoder(g, tok, n_out, budget)
-    ids, conf = [], None
-    while True:
-        in_call = dec.phase == CALL          # the list's tokens and </tool_call>
-        t = dec.choose(logits)
-        if in_call:
-            p = token_probability(logits, t)
-            conf = p if conf is None or p < conf else conf
-        ids.append(t)
-        if dec.phase == DONE:
-            break
-        logits = model.forward(state, [t])[-1]
-    return envelope(tok, ids, conf, len(prompt_ids))
+    return Session(model, tok, g).turn(prompt_ids, max_new)
 
 
 def envelope(tok, ids: list, conf, n_prompt: int) -> dict:
