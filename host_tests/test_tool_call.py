@@ -399,3 +399,17 @@ def test_reply_continues_the_session_like_the_twin(engines, name):
         w = dict(w, confidence=float(f"{w['confidence']:.9f}"))
         assert {k: g[k] for k in ENVELOPE_KEYS} == {k: w[k] for k in ENVELOPE_KEYS}
     assert len(got) == 2
+
+
+def test_generator_call_prints_the_cli_envelope(engines):
+    """`python -m generator call` is the twin on the command line: the same envelope fields."""
+    args = ["--tools", str(DEMO_TOOLS), "--query", "set a timer for ten minutes", "--force-call", "--max-new", "64"]
+    py = subprocess.run([sys.executable, "-m", "generator", "call", "--archive", str(GOLDEN / "tiny" / "archive.cact"),
+                         *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    c = subprocess.run([str(engines["tiny"]), *args], capture_output=True, text=True, check=True)
+    want, got = json.loads(py.stdout), json.loads(c.stdout)
+    assert {k: want[k] for k in ENVELOPE_KEYS} == {k: got[k] for k in ENVELOPE_KEYS}
+    bad = subprocess.run([sys.executable, "-m", "generator", "call", "--archive", str(GOLDEN / "tiny" / "archive.cact"),
+                          "--tools", str(DEMO_TOOLS), "--query", "x", "--max-new", "3"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "a call needs at least" in bad.stderr

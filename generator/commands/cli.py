@@ -1,8 +1,9 @@
-"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench} ...`.
+"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench,call} ...`.
 
 inspect and synth read and write archives, golden regenerates the reference goldens, rung
 cuts a shallower Needle 3 archive, emit generates a board's C engine the way SCons does,
-bench times a built engine against the NumPy reference.  Every failure a user can cause
+bench times a built engine against the NumPy reference, call runs one constrained
+tool-calling turn on the reference (the twin of `needle --tools F --query Q`).  Every failure a user can cause
 ends in one line on stderr and exit status 2.
 """
 
@@ -139,6 +140,30 @@ def cmd_bench(args) -> int:
     return host.main(args.archive, args.engine, args.tokens)
 
 
+def cmd_call(args) -> int:
+    from pathlib import Path
+    from generator.archive import reader
+    from generator.archive.tokenizer import Tokenizer
+    from generator.commands.prompt import render_prompt_ids
+    from generator.model.needle2 import Needle2
+    from generator.model.needle3 import Needle3
+    from generator.tools.decode import run_turn
+    from generator.tools.schema import compile_tools
+    try:
+        text = Path(args.tools).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CactError(f"cannot read {args.tools}: {getattr(exc, 'strerror', None) or exc}") from None
+    g = compile_tools(text, force_call=args.force_call)
+    a = reader.read(args.archive)
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
+    env = run_turn(model, tok, g, render_prompt_ids(tok, text, args.query, args.system), args.max_new)
+    env.pop("calls_json")
+    env["confidence"] = float(f"{env['confidence']:.9f}")
+    print(json.dumps(env, ensure_ascii=False, separators=(",", ":")))
+    return 0
+
+
 def main(argv=None) -> int:
     p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
@@ -200,6 +225,16 @@ def main(argv=None) -> int:
     s.add_argument("--engine", required=True, help="command that runs the built engine")
     s.add_argument("--tokens", type=int, default=32)
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("call", help="one constrained tool-calling turn on the a8 reference: the envelope "
+                                    "`needle --tools F --query Q` prints (docs/grammar.md)")
+    s.add_argument("--archive", required=True)
+    s.add_argument("--tools", required=True, metavar="FILE")
+    s.add_argument("--query", required=True, metavar="TEXT")
+    s.add_argument("--system", metavar="TEXT")
+    s.add_argument("--max-new", type=_positive, default=96, metavar="N")
+    s.add_argument("--force-call", action="store_true", help="the answer is a call (at least one)")
+    s.set_defaults(fn=cmd_call)
 
     try:
         args = p.parse_args(argv)
