@@ -9,7 +9,7 @@
 * Accuracy: within 1 ulp of the exact value (float64 NumPy as the reference, whose own
   error is < 2^-28 f32 ulp) on a dense sample of every domain: exp on [-104, 89], log on
   every positive float, sin/cos on |x| <= 65536; set NEEDLE_EXHAUSTIVE=1 to check every
-  float of those domains instead (about 20 minutes).
+  float of those domains instead (tens of minutes; exp alone takes several).
 * The special values docs/numerics.md §2 states.
 """
 
