@@ -190,6 +190,7 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
     from generator.codegen import pipeline, render
     from generator.commands import synth
     board = boards.load(board_name)
+    out_dir = Path(out_dir).resolve()     # the compiler runs in out_dir: no relative paths
     out_dir.mkdir(parents=True, exist_ok=True)
     arch = out_dir / "widths.cact"
     if not arch.exists():

@@ -89,8 +89,8 @@ def test_reference_reproduces_goldens(archives, goldens, name):
         else:
             # float: the goldens' f32 values are, except with ≲ 2⁻¹⁶ odds per output, the f32
             # roundings of exact sums (numerics.py), the same on every CPU (Haswell, SkylakeX,
-            # Prescott kernels give identical bytes); 1e-5 tolerates a stray 1-ulp event or a
-            # NumPy with 1-ulp different f64 exp/sin (~1e-6 after propagation), not a quantiser flip.
+            # Prescott kernels give identical bytes; exp/log/sin/cos are f32 operation sequences,
+            # no f64 libm); 1e-5 tolerates a stray 1-ulp event, not a quantiser flip.
             assert np.abs(got - logits[mode]).max() <= 1e-5 * np.abs(logits[mode]).max()
     m = Needle2(a, "a8")
     assert m.generate(meta["prompt_ids"], meta["recipe"]["max_new"]) == meta["greedy"]["a8"]

@@ -1,8 +1,8 @@
 """Float32 primitives of the reference, evaluated exactly as docs/numerics.md prescribes.
 
 Every function here is written so that a C implementation following docs/numerics.md gets
-the same bits: f32 storage, sequential ascending reductions from +0.0, transcendental
-functions evaluated in double from the f32 argument and rounded once, no fused multiply-add.
+the same bits: f32 storage, sequential ascending reductions from +0.0, exp/log/sin/cos
+computed in f32 by fixed operation sequences (exp, log, sincos below), no fused multiply-add.
 Each function is vectorised over leading axes; the reduced axis is always the last one, and
 the reduction loops over it in ascending order so that batching never changes a result.
 """
@@ -56,13 +56,162 @@ def seq_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return acc
 
 
+# ---- elementary functions: f32 only (docs/numerics.md §2) ----------------------------
+# Twins of nk_exp, nk_log and nk_sincos in templates/needle_kernels.{h,c}.j2: the same
+# constants and the same operations in the same order, each an IEEE single operation
+# (NumPy float32 arithmetic is, and never fuses a multiply-add), so every result has the
+# bits the C engine computes on any IEEE-754 target.  Branches become np.where over every
+# lane; lanes a branch does not take compute garbage under errstate(all="ignore") and are
+# discarded.
+
+U32 = np.uint32
+RNE_MAGIC = F32(12582912.0)          # 1.5·2^23: (v + M) − M rounds |v| < 2^22 to an integer
+NAN = np.array(0x7FC00000, dtype=U32).view(F32)[()]   # the one NaN every function returns
+INF = F32(np.inf)
+TWO = F32(2.0)
+HALF = F32(0.5)
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=F32).view(U32)
+
+
+def _from_bits(b) -> np.ndarray:
+    return np.asarray(b, dtype=U32).view(F32)
+
+
+def _h(s: str) -> np.float32:
+    """A C99 hexadecimal float literal (exactly representable in f32)."""
+    v = F32(float.fromhex(s))
+    assert float(v) == float.fromhex(s), s
+    return v
+
+
+# exp: x = k·ln2 + r, |r| ≤ ln2/2; exp(r) = 1 + 2r/(2 − c), c = r − r²·(P1 + r²·P2).
+EXP_INV_LN2 = _h("0x1.715476p+0")    # f32(1/ln 2)
+EXP_LN2_HI = _h("0x1.62e4p-1")       # ln 2 to 15 bits: k·EXP_LN2_HI is exact for |k| ≤ 256
+EXP_LN2_LO = _h("0x1.7f7d1cp-20")    # f32(ln 2 − EXP_LN2_HI)
+EXP_P1 = _h("0x1.55551ep-3")         # r·(e^r + 1)/(e^r − 1) = 2 + r²·(P1 + r²·P2) ± 2^-27.7, |r| ≤ 0.347
+EXP_P2 = _h("-0x1.6aa42ap-9")
+EXP_BIG = 0x42B17218                 # bits of 88.72284: |x| at least this overflows or nearly underflows
+EXP_UNDER = _h("-0x1.9fe36ap+6")     # −103.97208: below, exp(x) < 2^-150 rounds to +0
+EXP_TINY = 0x39000000                # bits of 2^-13: below, exp(x) = f32(1 + x)
+TWO_M100 = _h("0x1p-100")
+
+
 def exp(x) -> np.ndarray:
-    with np.errstate(over="ignore"):  # exp of a large argument is +inf in f32, as in C
-        return np.exp(f32(x).astype(np.float64)).astype(F32)
+    """f32 exp(x), ≤ 1 ulp (nk_exp)."""
+    x = f32(x)
+    ix = _bits(x) & U32(0x7FFFFFFF)
+    in_range = (ix < EXP_BIG) | ((x < 0) & (x >= EXP_UNDER))
+    with np.errstate(all="ignore"):
+        kf = (x * EXP_INV_LN2 + RNE_MAGIC) - RNE_MAGIC
+        hi = x - kf * EXP_LN2_HI                      # exact
+        lo = kf * EXP_LN2_LO
+        r = hi - lo
+        t = r * r
+        c = r - t * (EXP_P1 + t * EXP_P2)
+        y = ONE - ((lo - (r * c) / (TWO - c)) - hi)   # exp(r)
+        k = np.where(in_range, kf, F32(0)).astype(np.int32)
+        normal = k >= -125                            # 2^(k−1) is a normal float
+        scale = _from_bits((np.where(normal, k - 1, k + 100) + 127).astype(U32) << U32(23))
+        res = np.where(normal, (y + y) * scale, (y * scale) * TWO_M100)
+        res = np.where(ix < EXP_TINY, ONE + x, res)
+    res = np.where((ix >= EXP_BIG) & (x > 0), INF, res)
+    res = np.where(x < EXP_UNDER, F32(0), res)
+    return np.where(ix > 0x7F800000, NAN, res).astype(F32)
+
+
+# log: x = 2^k·(1 + f), √2/2 ≤ 1 + f < √2; s = f/(2 + f), log(1 + f) = 2s + s·R(s²).
+LOG_LN2_HI = _h("0x1.62e3p-1")       # ln 2 to 16 bits: k·LOG_LN2_HI is exact
+LOG_LN2_LO = _h("0x1.2fefa2p-17")    # f32(ln 2 − LOG_LN2_HI)
+LOG_TWO25 = _h("0x1p+25")            # scales a subnormal x to a normal one
+LOG_LG1 = _h("0x1.555554p-1")        # (log(1+s) − log(1−s))/s = 2 + R ± 2^-34.2 on |s| ≤ 0.1716,
+LOG_LG2 = _h("0x1.999c26p-2")        #   R = z·(LG1 + w·LG3) + w·(LG2 + w·LG4), z = s², w = z²
+LOG_LG3 = _h("0x1.23d3dcp-2")
+LOG_LG4 = _h("0x1.f13c4cp-3")
+LOG_THIRD = _h("0x1.555556p-2")      # f32(1/3)
 
 
 def log(x) -> np.ndarray:
-    return np.log(f32(x).astype(np.float64)).astype(F32)
+    """f32 natural log, ≤ 1 ulp (nk_log): log(±0) = −inf, log(x < 0) = NaN."""
+    x = f32(x)
+    u = _bits(x)
+    ix = u.astype(np.int64)
+    sub = (ix > 0) & (ix < 0x00800000)
+    with np.errstate(all="ignore"):
+        ix = np.where(sub, _bits(x * LOG_TWO25).astype(np.int64), ix)
+        k = np.where(sub, -25, 0) + (ix >> 23) - 127
+        m = ix & 0x007FFFFF
+        i = (m + 0x4AFB20) & 0x800000                 # 1.m ≥ √2: halve it and carry into k
+        f = _from_bits((m | (i ^ 0x3F800000)).astype(U32)) - ONE
+        dk = (k + (i >> 23)).astype(F32)
+        near1 = dk * LOG_LN2_HI - ((f * f * (HALF - LOG_THIRD * f) - dk * LOG_LN2_LO) - f)
+        s = f / (TWO + f)
+        z = s * s
+        w = z * z
+        R = z * (LOG_LG1 + w * LOG_LG3) + w * (LOG_LG2 + w * LOG_LG4)
+        hfsq = HALF * f * f
+        wide = dk * LOG_LN2_HI - ((hfsq - (s * (hfsq + R) + dk * LOG_LN2_LO)) - f)
+        narrow = dk * LOG_LN2_HI - ((s * (f - R) - dk * LOG_LN2_LO) - f)
+        res = np.where((m >= 0x30A3D0) & (m <= 0x35C288), wide, narrow)   # 1.m in [1.38, 1.42]
+        res = np.where(((m + 0x8000) & 0x007FFFFF) < 0xC000, near1, res)
+    res = np.where(u == 0x7F800000, INF, res)
+    res = np.where(u > 0x7F800000, NAN, res)          # NaN and every negative number
+    return np.where((u & U32(0x7FFFFFFF)) == 0, -INF, res).astype(F32)
+
+
+# sin, cos: x = n·π/2 + r, |r| ≤ π/4, r = rh + rl from a 7-part Cody-Waite reduction.
+SC_TWO_OVER_PI = _h("0x1.45f306p-1")
+SC_PIO2 = tuple(_h(v) for v in (      # π/2 = Σ parts: six of 8 bits (n·part exact for
+    "0x1.92p+0", "0x1.fap-12", "0x1.54p-20", "0x1.1p-30", "0x1.68p-39", "0x1.84p-48",
+    "0x1.a62634p-58"))                 # |n| < 2^16) and the f32 rest
+SC_S = tuple(_h(v) for v in ("-0x1.555556p-3", "0x1.1110ecp-7", "-0x1.a000b8p-13", "0x1.6a5a4cp-19"))
+SC_C = tuple(_h(v) for v in ("0x1.555556p-5", "-0x1.6c16a4p-10", "0x1.a0077ep-16", "-0x1.22a5aap-22"))
+SC_SPLIT = F32(4097.0)               # 2^12 + 1: Dekker's split of a float into two 12-bit halves
+SC_LIMIT = 0x4A800000                # bits of 2^22: larger |x|, inf and NaN give NaN
+SC_TINY = 0x39800000                 # bits of 2^-12: below, sin x = x and cos x = 1
+
+
+def sincos(x):
+    """(f32 sin x, f32 cos x), ≤ 1 ulp for |x| ≤ 65536 (nk_sincos)."""
+    x = f32(x)
+    ix = _bits(x) & U32(0x7FFFFFFF)
+    ok = ix <= SC_LIMIT
+    with np.errstate(all="ignore"):
+        x0 = np.where(ok, x, F32(0))
+        kf = (x0 * SC_TWO_OVER_PI + RNE_MAGIC) - RNE_MAGIC
+        p = [kf * c for c in SC_PIO2]
+        h = (x0 - p[0]) - p[1]                         # exact
+        lo = np.zeros_like(h)
+        for q in p[2:]:                                # (h, e) = TwoSum(h, −q); lo += e
+            s = h - q
+            bb = s - h
+            e = (h - (s - bb)) - (q + bb)
+            h = s
+            lo = lo + e
+        rh = h + lo
+        rl = lo - (rh - h)
+        # sin r = rh + (rh·z·S(z) + rl·(1 − z/2))
+        z = rh * rh
+        S1, S2, S3, S4 = SC_S
+        sn = rh + (((rh * z) * (S1 + z * (S2 + z * (S3 + z * S4)))) + (rl - (HALF * z) * rl))
+        # cos r = (1 − zh/2) + z²·C(z) − zl/2 − rh·rl, with rh² = zh + zl exactly
+        t = SC_SPLIT * rh
+        ah = t - (t - rh)
+        al = rh - ah
+        zl = (((ah * ah - z) + ah * al) + ah * al) + al * al
+        hz = HALF * z
+        w = ONE - hz
+        C1, C2, C3, C4 = SC_C
+        cs = w + ((((ONE - w) - hz) - HALF * zl) + ((z * z) * (C1 + z * (C2 + z * (C3 + z * C4))) - rh * rl))
+        q = kf.astype(np.int32) & 3
+    sin = np.select([q == 0, q == 1, q == 2], [sn, cs, -sn], -cs)
+    cos = np.select([q == 0, q == 1, q == 2], [cs, -sn, -cs], sn)
+    tiny = ix < SC_TINY
+    sin = np.where(ok, np.where(tiny, x, sin), NAN).astype(F32)
+    cos = np.where(ok, np.where(tiny, ONE, cos), NAN).astype(F32)
+    return sin, cos
 
 
 def sigmoid(x) -> np.ndarray:
@@ -129,8 +278,8 @@ def rope_tables(positions: np.ndarray, P: int, theta: float):
     powv = np.power(np.float64(F32(theta)), e.astype(np.float64)).astype(F32)
     omega = ONE / powv
     phi = f32(np.asarray(positions)).astype(F32)[:, None] * omega[None, :]
-    return (np.cos(phi.astype(np.float64)).astype(F32),
-            np.sin(phi.astype(np.float64)).astype(F32))
+    sin, cos = sincos(phi)
+    return cos, sin
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
