@@ -37,24 +37,36 @@ typedef struct {
 
 static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
 
-/* Feed the bytes a piece writes into a call (U+2581 as a space; a BYTE piece as its byte).
- * 0, or -1 when the grammar refuses them (or the piece writes none). */
-static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id)
+/* The bytes a piece writes into a call, into out[0..NEEDLE_TOK_MAX_PIECE_BYTES]: a NORMAL
+ * piece's text with U+2581 as a space, a BYTE piece's byte; 0 for the others (markers,
+ * control pieces), which never go into a call. */
+static size_t piece_bytes(uint32_t id, uint8_t *out)
 {
-    size_t len;
+    size_t len, n = 0;
     int type = needle_tok_piece_type(id);
     const uint8_t *p = needle_tok_piece(id, &len);
-    if (type == NEEDLE_TOK_BYTE) {
+    if (type == NEEDLE_TOK_BYTE) {   /* "<0xHH>" */
         unsigned v = 0;
         for (size_t i = 3; i < 5; i++) v = v * 16u + (unsigned)(p[i] <= '9' ? p[i] - '0' : (p[i] | 0x20) - 'a' + 10);
-        return needle_grammar_feed(g, s, (uint8_t)v);
+        out[0] = (uint8_t)v;
+        return 1;
     }
-    if (type != NEEDLE_TOK_NORMAL || len == 0) return -1;
+    if (type != NEEDLE_TOK_NORMAL) return 0;
     for (size_t i = 0; i < len; i++) {
-        uint8_t b = p[i];
-        if (b == 0xE2 && i + 2 < len && p[i + 1] == 0x96 && p[i + 2] == 0x81) { b = ' '; i += 2; }
-        if (needle_grammar_feed(g, s, b)) return -1;
+        if (p[i] == 0xE2 && i + 2 < len && p[i + 1] == 0x96 && p[i + 2] == 0x81) { out[n++] = ' '; i += 2; }
+        else out[n++] = p[i];
     }
+    return n;
+}
+
+/* Feed a piece's bytes: 0, or -1 when the grammar refuses them (or the piece writes none). */
+static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id)
+{
+    uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
+    size_t n = piece_bytes(id, b);
+    if (n == 0) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (needle_grammar_feed(g, s, b[i])) return -1;
     return 0;
 }
 
@@ -196,22 +208,10 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
             float p = needle_token_prob(lg, id);
             if (!have_conf || p < env->confidence) env->confidence = p;
             have_conf = 1;
-            if ((int32_t)id != d.call_close && env->calls_len < NEEDLE_CALL_MAX_JSON) {
-                size_t len;
-                int type = needle_tok_piece_type(id);
-                const uint8_t *p8 = needle_tok_piece(id, &len);
-                if (type == NEEDLE_TOK_BYTE) {
-                    unsigned v = 0;
-                    for (size_t i = 3; i < 5; i++) v = v * 16u + (unsigned)(p8[i] <= '9' ? p8[i] - '0' : (p8[i] | 0x20) - 'a' + 10);
-                    env->calls[env->calls_len++] = (char)v;
-                } else {
-                    for (size_t i = 0; i < len && env->calls_len < NEEDLE_CALL_MAX_JSON; i++) {
-                        if (p8[i] == 0xE2 && i + 2 < len && p8[i + 1] == 0x96 && p8[i + 2] == 0x81) {
-                            env->calls[env->calls_len++] = ' ';
-                            i += 2;
-                        } else env->calls[env->calls_len++] = (char)p8[i];
-                    }
-                }
+            if ((int32_t)id != d.call_close) {   /* the call list as written */
+                uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
+                size_t k = piece_bytes(id, b);
+                for (size_t i = 0; i < k && env->calls_len < NEEDLE_CALL_MAX_JSON; i++) env->calls[env->calls_len++] = (char)b[i];
             }
         }
         if (d.phase == PH_FREE) {

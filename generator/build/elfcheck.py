@@ -231,9 +231,8 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
             reg, _, imm = operands.partition(",")
             value = int(imm.strip().lstrip("#").split()[0], 0) if imm.strip().startswith("#") else None
             if value is not None:
-                if mnemonic.startswith("movw"):
-                    movw[reg] = value
-                    movw_words.add(value)
+                if mnemonic.startswith("movw"):   # an address needs its movt: GCC emits the pair
+                    movw[reg] = value               # (a lone movw #513 is a number, not &f at 0x200)
                 elif reg in movw:
                     movw_words.add((value << 16) | movw[reg])
             continue
