@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from generator.build import boards
+from generator.build import boards, images
 from host_tests.scons_run import build_each
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,8 +76,14 @@ def test_image_set_is_one_file_per_region(watch_builds, name):
         else:
             assert e["file"] == f"needle-{e['region']}-0x{address:08X}.bin"
             assert address == min(a for a, _ in segs if region_at(board, a) is region)
-    # the images hold the segments' bytes and nothing more: no fill between regions
-    assert sum(e["size"] for e in elf_images) == sum(len(d) for _, d in segs)
+    # the images hold the segments' bytes and nothing more: no fill between regions, and inside
+    # a region only the alignment padding between its segments (less than 64 bytes each)
+    spans: dict = {}
+    for a, d in segs:
+        lo, hi = spans.get(region_at(board, a)["name"], (a, a + len(d)))
+        spans[region_at(board, a)["name"]] = (min(lo, a), max(hi, a + len(d)))
+    assert sum(e["size"] for e in elf_images) == sum(hi - lo for lo, hi in spans.values())
+    assert sum(hi - lo for lo, hi in spans.values()) - sum(len(d) for _, d in segs) < 64 * len(segs)
     assert sorted(e["region"] for e in elf_images) == sorted({region_at(board, a)["name"] for a, _ in segs})
     expected_regions = {"code"} | ({"archive"} if board["archive"]["placement"] == "linked" else set())
     assert {regions[e["region"]]["use"] for e in elf_images} == expected_regions
@@ -110,8 +116,10 @@ def test_images_load_back_to_the_elf(watch_builds, name):
     # objcopy writes sections; a segment also holds the alignment padding between them (zeros)
     hex_bytes = parse_ihex(out / "needle.hex")
     assert all(image_bytes.get(a) == b for a, b in hex_bytes.items())
+    # the rest is padding: zeros inside a segment, erased flash (never written) between two
+    # segments of one region
     padding = [a for a in image_bytes if a not in hex_bytes]
-    assert all(image_bytes[a] == 0 for a in padding) and len(padding) < 256
+    assert all(image_bytes[a] in (0, images.ERASED) for a in padding) and len(padding) < 256
 
 
 @pytest.mark.parametrize("name", WATCHES)

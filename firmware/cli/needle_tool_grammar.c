@@ -608,7 +608,8 @@ static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
     }
     n->item0 = (uint16_t)g->n_item;
     n->n_item = 0;
-    static const ng_set any = { .n = 0 };
+    static ng_set any;      /* empty: in RAM, not 512 bytes of zeros in flash */
+    any.n = 0;
     if (!anchored_start && pat_emit(&p, n, NG_P_STAR, 1, &any, 1) < 0) return -1;
     int too_long = 0;
     while (i < end) {

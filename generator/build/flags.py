@@ -18,6 +18,8 @@ FAMILY_FLAGS = {"x86": ["-mavx2"]}
 
 # debug=1: debug information only; the code is the same as without it (NUMERICS unchanged).
 DEBUG = ["-g"]
+# bare metal: the hand-written glue and the tokenizer (not the model) are compiled for size
+SIZE = ["-Os"]
 
 # GCC only: per-function stack use and the call graph generator.build.elfcheck reads.
 STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
