@@ -15,7 +15,7 @@ import pytest
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
 from generator.build import boards, sdk
-from generator.commands.prompt import render_prompt_ids
+from generator.tools.prompt import render_prompt_ids
 from generator.model.needle2 import Needle2
 from generator.tools.decode import run_turn
 from generator.tools.schema import compile_tools

@@ -32,7 +32,7 @@ from generator.archive import reader
 from generator.codegen import tokenizer_plan as pt
 from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 from generator.errors import CactError
-from generator.commands.prompt import minify_tools, render_prompt
+from generator.tools.prompt import minify_tools, render_prompt
 from generator.archive.tokenizer import BYTE, CHAT_MARKERS, CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
 
 HERE = Path(__file__).resolve().parent

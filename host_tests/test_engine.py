@@ -292,7 +292,7 @@ def test_cli_rejects_invalid_tools_json(engines, tmp_path):
 
 def test_cli_tool_prompt_equals_the_python_rendering(engines):
     """--tools/--query feeds the same ids the reference would (greedy output compared)."""
-    from generator.commands import prompt
+    from generator.tools import prompt
     from generator.archive import reader
     from generator.model import Needle2
     from generator.archive.tokenizer import Tokenizer

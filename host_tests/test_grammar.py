@@ -507,7 +507,7 @@ SHORT_NAMES = st.one_of(st.sampled_from(["get_weather", "météo", "天气", "t"
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_turns_give_schema_valid_calls(name, data):
-    from generator.commands.prompt import render_prompt_ids
+    from generator.tools.prompt import render_prompt_ids
     from generator.tools.decode import run_turn
     model, tok = engine(name)
     tools = data.draw(st.lists(st.fixed_dictionaries({"name": SHORT_NAMES, "parameters": SMALL_PARAMS}),

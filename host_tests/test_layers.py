@@ -1,4 +1,4 @@
-"""The generator's stages import one way: archive -> model -> codegen -> build -> commands.
+"""The generator's stages import one way: archive -> model -> codegen -> tools -> build -> commands.
 
 A module may import its own stage and the stages before it (and generator.errors /
 generator.paths / generator's version, which every stage shares), never a later stage.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["archive", "model", "codegen", "build", "commands"]
+ORDER = ["archive", "model", "codegen", "tools", "build", "commands"]
 SHARED = {"generator", "generator.__version__", "generator.errors", "generator.paths"}
 
 

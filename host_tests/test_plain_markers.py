@@ -33,7 +33,7 @@ import pytest
 from generator.archive import reader
 from generator.archive.tokenizer import CHAT_MARKERS, USER_DEFINED, Tokenizer
 from generator.commands import golden
-from generator.commands.prompt import render_prompt, render_prompt_ids, render_prompt_segments
+from generator.tools.prompt import render_prompt, render_prompt_ids, render_prompt_segments
 from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

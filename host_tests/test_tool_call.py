@@ -23,7 +23,7 @@ import pytest
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
-from generator.commands.prompt import render_prompt_ids
+from generator.tools.prompt import render_prompt_ids
 from generator.errors import CactError
 from generator.model.needle2 import Needle2
 from generator.model.needle3 import Needle3

@@ -3,7 +3,7 @@
  * The tools JSON is validated and minified in one pass by an iterative parser (explicit
  * stack of NEEDLE_PROMPT_MAX_DEPTH levels; no recursion, no heap).  Output goes straight
  * into the caller's buffer; duplicate keys are found by re-scanning the object's already
- * minified output.  generator/commands/prompt.py mirrors this file rule for rule.
+ * minified output.  generator/tools/prompt.py mirrors this file rule for rule.
  */
 #include "tool_prompt.h"
 

@@ -1,7 +1,7 @@
 /* tool_prompt.h -- render the Needle tool-calling prompt (docs/spec/prompt-and-tokenizer.md 4.1).
  *
  * Hand-written, no heap, no stdio: the caller passes the output buffer.  The rules are in
- * docs/prompt.md; generator/commands/prompt.py is the Python twin and gives identical bytes and
+ * docs/prompt.md; generator/tools/prompt.py is the Python twin and gives identical bytes and
  * identical error messages.
  */
 #ifndef NEEDLE_TOOL_PROMPT_H
@@ -32,7 +32,7 @@ int needle_render_prompt(const char *tools_json, size_t len, const char *query,
 
 /* Where the caller's text sits in a rendered prompt: the stripped system (if rendered), the
  * TOOLS_JSON and the query (if non-empty), in this order, as byte ranges of out[].  The
- * rest is the template's own text.  Twin of generator/commands/prompt.py
+ * rest is the template's own text.  Twin of generator/tools/prompt.py
  * render_prompt_segments (its markers=False segments). */
 #define NEEDLE_PROMPT_MAX_UNTRUSTED 3
 typedef struct {

@@ -144,7 +144,7 @@ def cmd_call(args) -> int:
     from pathlib import Path
     from generator.archive import reader
     from generator.archive.tokenizer import Tokenizer
-    from generator.commands.prompt import render_prompt_ids
+    from generator.tools.prompt import render_prompt_ids
     from generator.model.needle2 import Needle2
     from generator.model.needle3 import Needle3
     from generator.tools.decode import run_turn

@@ -1,7 +1,7 @@
 """Tool schemas compiled into the tables of the call grammar (docs/grammar.md).
 
 ``compile_tools(tools_json_text, force_call=False)`` validates a tool list, as the prompt
-renders it (generator/commands/prompt.py minifies it first), and returns a :class:`Grammar`:
+renders it (generator/tools/prompt.py minifies it first), and returns a :class:`Grammar`:
 a flat table of nodes, one per schema, that :mod:`generator.tools.grammar` walks byte by
 byte.  Every literal the grammar matches (tool names, property keys, enum and const values)
 is the byte text of the *minified* tool list, so the model has to write the canonical
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from generator.commands.prompt import minify_tools
+from generator.tools.prompt import minify_tools
 from generator.errors import CactError
 
 # ---- node kinds (the same numbers in tool_grammar.h) ----------------------------------
