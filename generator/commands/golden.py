@@ -41,7 +41,8 @@ from generator.archive import reader
 from generator.archive.format import BOS_ID
 from generator.archive.tokenizer import Tokenizer
 from generator.build import boards
-from generator.tools import prompt, rung, synth
+from generator.commands import rung, synth
+from generator.tools import prompt
 from generator.errors import CactError
 from generator.model import Needle2, Needle3
 
