@@ -25,6 +25,7 @@ Every property not in `required` also gets `bool has_<name>`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -93,7 +94,6 @@ def _scalar(g, node_idx: int, prefix: str, used: set):
         if all(a.startswith('"') for a in alts):
             names, seen = [], set()
             for a in alts:
-                import json
                 names.append(f"NEEDLE_{prefix}_{c_ident(json.loads(a), seen)}".upper())
             return NB_ENUM, f"needle_{prefix.lower()}", 0, alts, f"needle_{prefix.lower()}", names
         return NB_ENUM, "uint16_t", 0, alts, "", []
@@ -102,7 +102,6 @@ def _scalar(g, node_idx: int, prefix: str, used: set):
 
 def plan(g) -> list:
     """The bindings of a compiled grammar (generator.tools.schema.Grammar)."""
-    import json
     call = g.nodes[g.nodes[g.root].child]
     tools, used = [], set()
     for name_raw, args_idx in zip(call.alts, call.props):

@@ -469,7 +469,7 @@ def _obj_tail(g, node, seen: int) -> int:
     return total
 
 
-def _frame_rest(g, f, top: bool) -> int:
+def _frame_rest(g, f) -> int:
     k, node = f[0], g.nodes[f[1]]
     if k == LIT:
         return min(len(node.alts[i]) - f[2] for i in range(len(node.alts)) if f[3] >> i & 1)
@@ -541,7 +541,7 @@ def min_bytes(g, state: tuple) -> int:
             # needed must differ from the value it becomes, so take the best value j for it
             c = state[i + 1]
             alts = g.nodes[c[1]].alts
-            return total + min(len(a) - c[2] + _frame_rest(g, f[:4] + (f[4] | 1 << j,), False)
+            return total + min(len(a) - c[2] + _frame_rest(g, f[:4] + (f[4] | 1 << j,))
                                for j, a in enumerate(alts) if c[3] >> j & 1)
-        total += _frame_rest(g, f, i == len(state) - 1)
+        total += _frame_rest(g, f)
     return total

@@ -14,6 +14,7 @@ one-line errors ("tool \\"NAME\\": property \\"P\\": ...").
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -104,7 +105,6 @@ def _parse(b: bytes, i: int = 0):
         while b[j] != 0x22:
             j += 2 if b[j] == 0x5C else 1
         raw = b[i:j + 1]
-        import json
         return JVal("str", raw, value=json.loads(raw.decode("utf-8", "surrogatepass"))), j + 1
     for word in (b"true", b"false", b"null"):
         if b.startswith(word, i):
