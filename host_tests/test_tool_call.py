@@ -272,6 +272,30 @@ def check_schema_valid(text: str, calls: list, force: bool) -> None:
         jsonschema.Draft202012Validator(tools[call["name"]]).validate(call["arguments"])
 
 
+def test_long_answers_close_the_call_within_the_envelope(monkeypatch):
+    """The byte rule (docs/grammar.md §4): with the envelope shrunk to a few bytes more than
+    the shortest call, a roomy budget still ends in a complete, schema-valid call that fits;
+    without the rule the same turn writes past it.  Shorter than the shortest call: refused."""
+    import generator.tools.decode as dec
+    model, tok = _reference("tiny")
+    text = DEMO_TOOLS.read_text()
+    query = "what's the weather like in Lagos right now?"
+    g = compile_tools(text, force_call=True)
+    ids = render_prompt_ids(tok, text, query)
+    free = run_turn(model, tok, g, ids, 64)
+    shortest = g.nodes[g.root].min_bytes
+    cap = shortest + 8
+    assert len(json.dumps(free["function_calls"], separators=(",", ":")).encode()) > cap
+    monkeypatch.setattr(dec, "CALL_MAX_JSON", cap)
+    env = run_turn(model, tok, g, ids, 64)
+    body = env["text"].split("<tool_call>")[1].split("</tool_call>")[0].encode()
+    assert shortest <= len(body) <= cap and env["text"].endswith("</tool_call><|im_end|>")
+    check_schema_valid(text, json.loads(body), True)
+    monkeypatch.setattr(dec, "CALL_MAX_JSON", shortest - 1)
+    with pytest.raises(CactError, match=f"the shortest call takes {shortest} bytes"):
+        run_turn(model, tok, g, ids, 64)
+
+
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 def test_turns_equal_the_python_twin(engines, tmp_path, name):
     """Demo tools and random tool lists, two queries, both modes, budgets from tight to

@@ -30,6 +30,7 @@ typedef struct {
     int phase;
     uint32_t budget;        /* tokens that may still be chosen, the <|im_end|> included */
     uint32_t list_min;      /* bytes of the shortest call list */
+    uint32_t json, next_len;  /* call-list bytes written so far; bytes of the piece tried */
     uint32_t n;             /* candidate ids: min(NEEDLE_OUT_VOCAB, pieces) */
     int32_t call_open, call_close, im_start, im_end;
     uint64_t checks;
@@ -59,11 +60,13 @@ static size_t piece_bytes(uint32_t id, uint8_t *out)
     return n;
 }
 
-/* Feed a piece's bytes: 0, or -1 when the grammar refuses them (or the piece writes none). */
-static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id)
+/* Feed a piece's bytes (their count into *len): 0, or -1 when the grammar refuses them (or
+ * the piece writes none). */
+static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id, uint32_t *len)
 {
     uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
     size_t n = piece_bytes(id, b);
+    *len = (uint32_t)n;
     if (n == 0) return -1;
     for (size_t i = 0; i < n; i++)
         if (needle_grammar_feed(g, s, b[i])) return -1;
@@ -88,8 +91,11 @@ static int allowed(call_decoder *d, uint32_t id)
         d->checks++;
         d->next.depth = d->st.depth;
         memcpy(d->next.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
-        if (feed_piece(d->g, &d->next, id)) return 0;
-        return needle_grammar_min_bytes(d->g, &d->next) + 2u <= R - 1u;
+        if (feed_piece(d->g, &d->next, id, &d->next_len)) return 0;
+        {
+            uint32_t rest = needle_grammar_min_bytes(d->g, &d->next);
+            return rest + 2u <= R - 1u && d->json + d->next_len + rest <= NEEDLE_CALL_MAX_JSON;
+        }
     case PH_CLOSE: return (int32_t)id == d->call_close;
     default: return (int32_t)id == d->im_end;
     }
@@ -135,7 +141,7 @@ static void push(call_decoder *d, uint32_t id)
         if ((int32_t)id == d->call_open) d->phase = PH_CALL;
     } else if (d->phase == PH_CALL) {
         if ((int32_t)id == d->call_close) d->phase = PH_END;
-        else d->st = d->next;   /* allowed() left the state after id there */
+        else { d->st = d->next; d->json += d->next_len; }   /* allowed() left both for id */
     } else if (d->phase == PH_END) {
         d->phase = PH_DONE;
     }
@@ -183,6 +189,9 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
         return fail(err, errcap, "the prompt takes ", n, " tokens: it must be shorter than max_seq_len ", NEEDLE_MAX_SEQ, "");
     uint32_t room = NEEDLE_MAX_SEQ - needle_position() - n;
     d.budget = max_new < room ? max_new : room;
+    if (d.list_min > NEEDLE_CALL_MAX_JSON)
+        return fail(err, errcap, "the shortest call takes ", d.list_min, " bytes but an envelope holds ",
+                    NEEDLE_CALL_MAX_JSON, " (relax the tools' minLength or minItems)");
     uint32_t need = 1u + d.list_min + 2u;
     if (d.budget < need)
         return fail(err, errcap, "a call needs at least ", need, " tokens but only ", d.budget,
@@ -211,7 +220,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
             if ((int32_t)id != d.call_close) {   /* the call list as written */
                 uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
                 size_t k = piece_bytes(id, b);
-                for (size_t i = 0; i < k && env->calls_len < NEEDLE_CALL_MAX_JSON; i++) env->calls[env->calls_len++] = (char)b[i];
+                for (size_t i = 0; i < k; i++) env->calls[env->calls_len++] = (char)b[i];   /* fits: allowed() */
             }
         }
         if (d.phase == PH_FREE) {

@@ -9,7 +9,9 @@ With ``force_call`` the answer starts with ``<tool_call>`` and the list holds at
 call.  The budget ``R`` (tokens that may still be chosen, the ``<|im_end|>`` included) is
 ``min(max_new, max_seq_len - prompt length)``; a token is allowed only if the shortest
 completion after it, counted as one token per byte (every byte is a piece: byte fallback),
-still fits, so the call is always complete.
+still fits, so the call is always complete.  The same rule keeps the list within the
+envelope's ``CALL_MAX_JSON`` bytes: the bytes written so far, the piece's and the shortest
+completion's must fit, so a long answer never truncates the call.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from generator.tools import grammar as gm
 
 FREE, CALL, CLOSE, END, DONE = 0, 1, 2, 3, 4
 F32 = np.float32
+CALL_MAX_JSON = 4096   # bytes of the call list an envelope keeps (NEEDLE_CALL_MAX_JSON)
 
 
 def piece_bytes(tok) -> list:
@@ -65,6 +68,7 @@ class Decoder:
         self.budget = budget
         self.list_min = g.nodes[g.root].min_bytes
         self.forced = g.force_call
+        self.json = 0          # bytes of the call list written so far
 
     def allowed(self) -> list:
         """(id, state after it) for every allowed id, ascending."""
@@ -88,7 +92,10 @@ class Decoder:
                 if not b:
                     continue
                 nxt = gm.feed_bytes(g, st, b)
-                if nxt is not None and gm.min_bytes(g, nxt) + 2 <= R - 1:
+                if nxt is None:
+                    continue
+                rest = gm.min_bytes(g, nxt)
+                if rest + 2 <= R - 1 and self.json + len(b) + rest <= CALL_MAX_JSON:
                     out.append((i, nxt))
             if gm.done(g, st) and R - 1 >= 1:
                 out.append((m.call_close, None))
@@ -119,6 +126,7 @@ class Decoder:
                 self.phase = END
             else:
                 self.state = nxt
+                self.json += len(self.pieces[t])
         elif self.phase == END:
             self.phase = DONE
 
@@ -163,7 +171,11 @@ class Session:
             raise CactError(f"the prompt takes {len(prompt_ids)} tokens: it must be shorter than "
                             f"max_seq_len {max_seq}")
         budget = min(max_new, max_seq - self.pos - len(prompt_ids))
-        need = 1 + self.g.nodes[self.g.root].min_bytes + 2
+        list_min = self.g.nodes[self.g.root].min_bytes
+        if list_min > CALL_MAX_JSON:
+            raise CactError(f"the shortest call takes {list_min} bytes but an envelope holds "
+                            f"{CALL_MAX_JSON} (relax the tools' minLength or minItems)")
+        need = 1 + list_min + 2
         if budget < need:     # refused before anything is fed, as in C
             raise CactError(f"a call needs at least {need} tokens but only {budget} are left "
                             f"(raise --max-new or shorten the prompt)")
