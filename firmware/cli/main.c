@@ -18,6 +18,9 @@
  *                                               cache kept between requests (cli/serve.c,
  *                                               docs/serve.md; Linux boards only)
  *   needle --info                               geometry, memory and provenance
+ *   needle --snapshot-save FILE                 the state after the built-in tools' constant
+ *                                               prompt prefix, for the firmware's prefix
+ *                                               snapshot (scons tools=FILE; docs/snapshot.md)
  *   --threads N (once, any mode): threads a step uses, 1 .. NEEDLE_THREADS (scons threads=N;
  *   default all of them); the output does not depend on it
  *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
@@ -201,7 +204,9 @@ int needle_generate(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new, in
     res->generated = 0;
     res->last = 0;
     res->stop = NEEDLE_STOP_MAX_NEW;
-    for (uint32_t t = 0; t < n; t++)
+    int32_t cached = needle_prefix_restore(prompt_ids, n);   /* the built-in tools' prefix, from flash */
+    if (cached < 0) return -1;
+    for (uint32_t t = (uint32_t)cached; t < n; t++)
         if (!(lg = needle_step(prompt_ids[t]))) return -1;
     if (hooks->prefilled) hooks->prefilled(hooks->ctx);
     /* The last chosen token is never fed, so the positions run up to NEEDLE_MAX_SEQ - 1 and
@@ -316,6 +321,46 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
     return hal_out_status() ? fail_stdout() : 0;
 }
 
+#ifdef NEEDLE_TOOLS_BUILTIN
+typedef struct { void *file; int failed; } snapshot_sink;
+
+static void snapshot_put(void *user, const void *bytes, size_t n)
+{
+    snapshot_sink *s = user;
+    if (!s->failed && hal_write(s->file, bytes, n)) s->failed = 1;
+}
+
+/* --snapshot-save FILE: feed the built-in tools' prompt up to and including </tools> (BOS,
+ * the chat header, the tools block: the same for every query without --system) and write
+ * the engine state after it (docs/snapshot.md).  The build does this on the host engine
+ * and links FILE into the board's firmware. */
+static int snapshot_save(const char *path)
+{
+    char err[256];
+    needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
+    size_t n_plain = 0;
+    int len = needle_tool_prompt(needle_tools_json, NEEDLE_TOOLS_JSON_BYTES, "", NULL, 0, prompt, sizeof prompt,
+                                 plain, &n_plain, err, sizeof err);
+    if (len < 0) return hal_fail(2, "built-in tools: %s", err);
+    ids[0] = NEEDLE_BOS_ID;
+    int32_t n = needle_tok_encode_spans(prompt, (size_t)len, ids + 1, NEEDLE_MAX_SEQ - 2, plain, n_plain);
+    if (n < 0) return hal_fail(2, "the built-in tools' prompt does not fit max_seq_len %u tokens", NEEDLE_MAX_SEQ);
+    const int32_t close = needle_tok_piece_id("</tools>", 8);
+    uint32_t end = 0;
+    for (uint32_t i = 1; i <= (uint32_t)n && !end; i++) if (close >= 0 && ids[i] == (uint32_t)close) end = i + 1u;
+    if (!end) return hal_fail(2, "the tokenizer has no </tools> marker, so no prefix is constant: build with snapshot=0");
+    for (uint32_t t = 0; t < end; t++)
+        if (!needle_step(ids[t])) return hal_fail(2, "%s", needle_error());
+    snapshot_sink sink = { hal_create(path), 0 };
+    if (!sink.file) return hal_fail(1, "cannot create %s: %s", path, hal_reason());
+    size_t bytes = needle_snapshot_save(ids, snapshot_put, &sink);
+    if (sink.failed) return discard(sink.file, path, hal_fail(1, "cannot write %s: %s", path, hal_reason()));
+    if (hal_close(sink.file)) return discard(NULL, path, hal_fail(1, "cannot write %s: %s", path, hal_reason()));
+    hal_printf("prefix snapshot: %u tokens, %zu bytes -> %s\n", (unsigned)end, bytes, path);
+    return hal_out_status() ? fail_stdout() : 0;
+}
+#endif
+
 static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
@@ -324,6 +369,9 @@ static void usage(void)
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
+#ifdef NEEDLE_TOOLS_BUILTIN
+          "       needle --snapshot-save FILE   (the built-in tools' prefix state; docs/snapshot.md)\n"
+#endif
           "every mode takes --threads N: threads of a step, 1 to NEEDLE_THREADS (default: all)\n"
 #ifdef NEEDLE_ARCHIVE_FILE
           "every mode but --help needs --archive PATH: this engine reads its archive from that file\n";
@@ -351,13 +399,13 @@ static int serve(const char *socket_path, const char *tools_json, size_t tools_l
 static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
-    const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL;
+    const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
-                                        "--raw", "--force-call", "--reply" };
+                                        "--raw", "--force-call", "--reply", "--snapshot-save" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -370,7 +418,8 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--query") ? &query : !strcmp(a, "--system") ? &system
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
-                          : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply : NULL;
+                          : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply
+                          : !strcmp(a, "--snapshot-save") ? &snapshot : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
@@ -406,15 +455,18 @@ static int cli(int argc, char **argv)
     if (socket_path && !serving) return hal_fail(2, "--socket goes with --serve");
     /* --serve takes the tools file alone: the query comes with each request */
     int modes = (text != NULL) + (query != NULL || (tools != NULL && !serving)) + (tokens != NULL) + info
-              + (bench != 0) + serving;
+              + (bench != 0) + serving + (snapshot != NULL);
     if (modes != 1)
-        return hal_fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench, --serve "
-                       "(see --help)");
+        return hal_fail(2, "choose exactly one of --prompt, --tools/--query, --tokens, --info, --bench, --serve, "
+                       "--snapshot-save (see --help)");
+#ifndef NEEDLE_TOOLS_BUILTIN
+    if (snapshot) return hal_fail(2, "--snapshot-save needs built-in tools (scons tools=FILE)");
+#endif
     if (serving && (system || plain_markers || print_ids || logits || heads))
         return hal_fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
                        "and the rest come with each request (docs/serve.md)");
     if ((logits || heads) && !tokens) return hal_fail(2, "--logits and --heads go with --tokens");
-    if (system && !tools) return hal_fail(2, "--system goes with --tools and --query");
+    if (system && (!query || serving)) return hal_fail(2, "--system goes with --query");
     if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
 #ifdef NEEDLE_TOOLS_BUILTIN
@@ -459,6 +511,9 @@ static int cli(int argc, char **argv)
         return rc == 0 && hal_out_status() ? fail_stdout() : rc;
     }
     if (tokens) return run_tokens(tokens, logits, heads);
+#ifdef NEEDLE_TOOLS_BUILTIN
+    if (snapshot) return snapshot_save(snapshot);
+#endif
     if (tools || query) {
         char err[256];
         needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];

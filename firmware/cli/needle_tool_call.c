@@ -169,6 +169,22 @@ static int fail(char *err, size_t cap, const char *a, uint32_t x, const char *b,
 /* A message without numbers. */
 #define FAIL(err, cap, msg) fail(err, cap, msg, 0, NULL, 0, NULL)
 
+#ifdef NEEDLE_PREFIX_SNAPSHOT
+/* The prefix snapshot scons tools=FILE links in (gen/needle_prefix.S, docs/snapshot.md). */
+extern const uint8_t needle_prefix[], needle_prefix_end[];
+#endif
+
+int32_t needle_prefix_restore(const uint32_t *ids, uint32_t n)
+{
+#ifdef NEEDLE_PREFIX_SNAPSHOT
+    if (needle_position() == 0)
+        return needle_snapshot_load(needle_prefix, (size_t)(needle_prefix_end - needle_prefix), ids, n);
+#endif
+    (void)ids;
+    (void)n;
+    return 0;
+}
+
 int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,
                      int (*on_token)(void *user, uint32_t id), void *user,
                      needle_envelope *env, char *err, size_t errcap)
@@ -199,8 +215,10 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     needle_grammar_start(g, &d.st);
 
     double t0 = seconds();
+    int32_t cached = needle_prefix_restore(ids, n);
+    if (cached < 0) return FAIL(err, errcap, needle_error());
     const float *lg = NULL;
-    for (uint32_t t = 0; t < n; t++)
+    for (uint32_t t = (uint32_t)cached; t < n; t++)
         if (!(lg = needle_step(ids[t]))) return FAIL(err, errcap, needle_error());
     double t1 = seconds();
     uint32_t made = 0, from = 0, to = 0;
@@ -237,6 +255,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     env->calls[env->calls_len] = 0;
     env->is_call = env->calls_len > 2;
     env->prompt_tokens = n;
+    env->prefix_tokens = (uint32_t)cached;
     env->generated_tokens = made;
     if (from && !to) {   /* a think block left open: up to <tool_call> */
         for (uint32_t i = from; i < made; i++) if ((int32_t)ids[n + i] == d.call_open) { to = i; break; }
@@ -387,7 +406,7 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     puts_(&o, ",\"confidence\":");
     put_prob(&o, env->confidence);
     puts_(&o, ",\"confidence_source\":\"decoding\",\"prefill_tps\":");
-    put_rate(&o, (double)n, env->prefill_s);
+    put_rate(&o, (double)(n - env->prefix_tokens), env->prefill_s);   /* the tokens fed */
     puts_(&o, ",\"decode_tps\":");
     put_rate(&o, (double)env->generated_tokens, env->decode_s);
     puts_(&o, ",\"peak_ram_mb\":");
@@ -402,6 +421,8 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     put_decoded(&o, ids + n, env->generated_tokens, 0);
     puts_(&o, ",\"prompt_tokens\":");
     put_u(&o, n);
+    puts_(&o, ",\"prefix_tokens\":");
+    put_u(&o, env->prefix_tokens);
     puts_(&o, ",\"generated_tokens\":");
     put_u(&o, env->generated_tokens);
     puts_(&o, ",\"grammar_checks\":");

@@ -27,6 +27,7 @@ typedef struct {
     uint32_t reasoning_from, reasoning_to;  /* the think block's ids: ids[from..to) */
     float confidence;            /* the smallest probability of a call token (and </tool_call>) */
     uint32_t prompt_tokens, generated_tokens;
+    uint32_t prefix_tokens;      /* of the prompt: restored from the prefix snapshot, not fed */
     double prefill_s, decode_s;  /* < 0 where the board has no clock */
     double grammar_s;            /* of decode_s: choosing tokens (grammar checks, arg-max passes) */
     uint64_t grammar_checks;     /* tokens tried against the grammar */
@@ -35,11 +36,21 @@ typedef struct {
 /* Feed prompt ids[0..n) at the engine's next positions and decode one constrained turn of
  * at most max_new tokens (fewer if the context is shorter) into ids[n..]; ids has room for
  * NEEDLE_MAX_SEQ entries.  on_token (may be NULL) sees each chosen id as it is chosen.
+ * A turn at position 0 in a firmware built with a prefix snapshot (scons tools=FILE,
+ * docs/snapshot.md) restores the prompt's first tokens from flash when they are the
+ * snapshot's, and feeds only the rest (env->prefix_tokens says how many).
  * Returns 0 with *env filled, or -1 with a one-line message in err (the budget too small
  * for a call, or the engine failed). */
 int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,
                      int (*on_token)(void *user, uint32_t id), void *user,
                      needle_envelope *env, char *err, size_t errcap);
+
+/* At position 0, in a firmware built with a prefix snapshot (scons tools=FILE,
+ * docs/snapshot.md): if ids[0..n) begins with the snapshot's tokens and goes on after them,
+ * restore the state after them from flash.  Returns how many tokens were restored (feed
+ * ids from there; 0: none, feed them all), or -1 with needle_error() set if the snapshot
+ * is not this engine's.  needle_call_turn does this itself. */
+int32_t needle_prefix_restore(const uint32_t *ids, uint32_t n);
 
 /* The ids that continue the session after a turn with the caller's results (the JSON text
  * of what the calls returned): <|im_end|> (chosen at the end of the turn, never fed), then

@@ -33,6 +33,7 @@ class Report:
     cact_bytes: int = 0
     state_bytes: int | None = None
     kv_bytes: int = 0
+    prefix_bytes: int = 0          # the built-in tools' prefix snapshot (needle_prefix), in rodata
     stack_bytes: int | None = None   # deepest call path (bare metal: own code + library)
     stack_path: list = field(default_factory=list)
     stack: "StackFigure | None" = None   # bare metal: the figure behind stack_bytes
@@ -84,6 +85,8 @@ class Report:
         out = [f"memory report ({board}):", flash, self._ram_line()]
         if self.state_bytes is not None:
             out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
+        if self.prefix_bytes:
+            out.append(f"        of rodata, prefix snapshot {self.prefix_bytes:,} bytes (docs/snapshot.md)")
         if self.stack_path:
             libs = self.stack.library_functions if self.stack else []
             out.append(f"        worst stack path: {' > '.join(self.stack_path)}"
@@ -623,6 +626,8 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
             raise CactError(f"the image references {', '.join(heap)}: needle-fw engines must not "
                             "use the heap (find the caller with `nm -u` / a linker map)")
         for s in _symbols(elf):     # the engine's two static objects (needle_model.c)
+            if s.name == "needle_prefix":
+                rep.prefix_bytes = s["st_size"]
             if s["st_info"]["type"] == "STT_OBJECT" and s.name in ("st", "kv_cache", "cells"):
                 if s.name == "kv_cache":
                     rep.kv_bytes = s["st_size"]

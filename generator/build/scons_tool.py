@@ -4,6 +4,8 @@
   signature covers the archive, the engine templates, the generator modules a generation
   runs (SIGNATURE_SOURCES), the board file (and those it inherits from) and the engine
   options, so a change to any of them regenerates and nothing else does.
+* ``env.NeedlePrefix(asm, prefix_bin)`` writes the .S that links a prefix snapshot into the
+  firmware (docs/snapshot.md).
 * ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
@@ -67,8 +69,11 @@ def _engine_action(target, source, env):
     out_dir = os.path.dirname(target[0].abspath)
     archive = source[0]
     kvw = env.get("NEEDLE_KV_WINDOW")
+    board = _board(env)
+    if env.get("NEEDLE_KV_BUDGET"):   # a prefix-snapshot host engine: the target board's KV layout
+        board = dict(board, memory=dict(board["memory"], kv_budget_bytes=int(env["NEEDLE_KV_BUDGET"])))
     try:
-        engine = boards.generate_engine(_board(env), archive.abspath, out_dir,
+        engine = boards.generate_engine(board, archive.abspath, out_dir,
                                         incbin_path=archive.abspath if os.path.isabs(archive.path) else archive.path,
                                         kv_window=int(kvw) if kvw else None,
                                         kernels=env.get("NEEDLE_KERNELS") or None,
@@ -207,11 +212,38 @@ def _tools_str(target, source, env):
     return f"tools {target[0].path} <- {source[0].path}"
 
 
+def _prefix_action(target, source, env):
+    """gen/needle_prefix.S: links the prefix snapshot (prefix.bin, made by the host engine's
+    needle --snapshot-save) into the board's firmware (docs/snapshot.md)."""
+    from generator import __version__
+    from generator.codegen import render
+    blob = source[0]
+
+    def write():
+        with open(blob.abspath, "rb") as fh:
+            head = fh.read(32)
+        if len(head) < 32 or head[:4] != b"NKVS":
+            raise CactError("not a prefix snapshot (rebuild it: delete the file)")
+        bare = _board(env)["os"] == "none"
+        text = render.render("needle_prefix.S.j2", {
+            "version": __version__, "tokens": int.from_bytes(head[24:28], "little"),
+            "size": os.path.getsize(blob.abspath), "bare": bare, "gnu_stack": not bare,
+            "incbin_path": blob.abspath if os.path.isabs(blob.path) else blob.path})
+        with open(target[0].abspath, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return _refused(f"prefix snapshot {blob.path}", write)
+
+
+def _prefix_str(target, source, env):
+    return f"prefix {target[0].path} <- {source[0].path}"
+
+
 def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
                                    varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",
-                                            "NEEDLE_HEAD_TOKENS", "NEEDLE_THREADS", "NEEDLE_THREAD_GRAIN"]),
+                                            "NEEDLE_HEAD_TOKENS", "NEEDLE_THREADS", "NEEDLE_THREAD_GRAIN",
+                                            "NEEDLE_KV_BUDGET"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
@@ -224,6 +256,8 @@ def generate(env):
         emitter=_sdk_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleTools"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_tools_action, _tools_str))
+    env["BUILDERS"]["NeedlePrefix"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]))
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
 

@@ -12,10 +12,15 @@ completion after it, counted as one token per byte (every byte is a piece: byte 
 still fits, so the call is always complete.  The same rule keeps the list within the
 envelope's ``CALL_MAX_JSON`` bytes: the bytes written so far, the piece's and the shortest
 completion's must fit, so a long answer never truncates the call.
+
+``Prefix`` is the twin of a firmware's prefix snapshot (docs/snapshot.md): the state after
+the built-in tools' constant prompt prefix, which a session's first turn starts from when
+its prompt begins with those tokens.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -155,12 +160,35 @@ def reply_ids(tok, results: str) -> list:
     return ids
 
 
+def prefix_ids(tok, tools_text: str) -> list:
+    """The tokens a prefix snapshot holds (``needle --snapshot-save``): the prompt of the tool
+    list with an empty query and no system, from BOS up to and including ``</tools>``.  A
+    marker piece ends every text piece before it, so these ids begin the prompt of every
+    query (docs/snapshot.md)."""
+    from generator.tools.prompt import render_prompt_ids
+    ids = render_prompt_ids(tok, tools_text, "")
+    close = tok.piece_id("</tools>")
+    if close < 0 or close not in ids:
+        raise CactError("the tokenizer has no </tools> marker, so no prefix is constant: build with snapshot=0")
+    return ids[:ids.index(close) + 1]
+
+
+class Prefix:
+    """The twin of a prefix snapshot: the reference state after ``prefix_ids``."""
+
+    def __init__(self, model, tok, tools_text: str):
+        self.ids = prefix_ids(tok, tools_text)
+        self.state = model.new_state()
+        model.forward(self.state, self.ids)
+
+
 class Session:
     """One conversation on the reference: turns keep the KV state (twin of the CLI's
-    --reply and of needle_call_turn called again on the same engine)."""
+    --reply and of needle_call_turn called again on the same engine).  prefix: the
+    firmware's prefix snapshot (Prefix), or None."""
 
-    def __init__(self, model, tok, g):
-        self.model, self.tok, self.g = model, tok, g
+    def __init__(self, model, tok, g, prefix: Prefix | None = None):
+        self.model, self.tok, self.g, self.prefix = model, tok, g, prefix
         self.state = model.new_state()
         self.pos = 0
 
@@ -179,7 +207,11 @@ class Session:
         if budget < need:     # refused before anything is fed, as in C
             raise CactError(f"a call needs at least {need} tokens but only {budget} are left "
                             f"(raise --max-new or shorten the prompt)")
-        logits = self.model.forward(self.state, prompt_ids)[-1]
+        cached = 0     # a session's first turn starts from the snapshot where the prompt begins with it
+        p = self.prefix
+        if p is not None and self.pos == 0 and len(prompt_ids) > len(p.ids) and prompt_ids[:len(p.ids)] == p.ids:
+            self.state, cached = copy.deepcopy(p.state), len(p.ids)
+        logits = self.model.forward(self.state, prompt_ids[cached:])[-1]
         self.pos += len(prompt_ids)
         dec = Decoder(self.g, self.tok, logits.shape[-1], budget)
         ids, conf = [], None
@@ -194,19 +226,19 @@ class Session:
                 break
             logits = self.model.forward(self.state, [t])[-1]
             self.pos += 1
-        return envelope(self.tok, ids, conf, len(prompt_ids))
+        return envelope(self.tok, ids, conf, len(prompt_ids), cached)
 
     def reply(self, results: str, max_new: int) -> dict:
         return self.turn(reply_ids(self.tok, results), max_new)
 
 
-def run_turn(model, tok, g, prompt_ids: list, max_new: int) -> dict:
+def run_turn(model, tok, g, prompt_ids: list, max_new: int, prefix: Prefix | None = None) -> dict:
     """Prefill prompt_ids, decode one constrained turn; the envelope fields the C twin
     prints (the timings and memory excepted)."""
-    return Session(model, tok, g).turn(prompt_ids, max_new)
+    return Session(model, tok, g, prefix).turn(prompt_ids, max_new)
 
 
-def envelope(tok, ids: list, conf, n_prompt: int) -> dict:
+def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0) -> dict:
     m = Markers(tok)
     k = ids.index(m.call_open)
     j = ids.index(m.call_close, k)
@@ -229,6 +261,7 @@ def envelope(tok, ids: list, conf, n_prompt: int) -> dict:
         "confidence_source": "decoding",
         "text": tok.decode(ids),
         "prompt_tokens": n_prompt,
+        "prefix_tokens": n_prefix,
         "generated_tokens": len(ids),
         "calls_json": call_text,
     }
