@@ -81,7 +81,7 @@ def time_to_first_token(cmd: str) -> dict:
     """The demo tool prompt (demo/tools.json and the demo query) through the service, one new
     token: the engine's own prefill and first-token times (docs/serve.md), without process
     start-up and archive check."""
-    request = json.dumps({"query": DEMO_QUERY, "max_new": 1}) + "\n"
+    request = json.dumps({"query": DEMO_QUERY, "max_new": 1, "raw": True}) + "\n"   # one token: no call
     try:
         out = subprocess.run(shlex.split(cmd) + ["--serve", "--tools", str(DEMO_TOOLS)], input=request,
                              capture_output=True, text=True, timeout=3600)

@@ -234,19 +234,68 @@ def test_tool_queries_equal_the_cli(needle):
     cli = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--max-new", "24", "--raw")
     cli_sys = cli_text(needle, "--tools", TOOLS, "--query", QUERY, "--system", "Be brief.", "--plain-markers", "--raw",
                        "--max-new", "24")
-    a = serve_pipe(needle, [request(query=QUERY, max_new=24),
+    a = serve_pipe(needle, [request(query=QUERY, max_new=24, raw=True),
                             request(reset=True),
-                            request(query=QUERY, max_new=24, system="Be brief.", plain_markers=True)],
+                            request(query=QUERY, max_new=24, system="Be brief.", plain_markers=True, raw=True)],
                    "--tools", TOOLS)
     assert_same_generation(a[0], cli)
     assert_same_generation(a[2], cli_sys)
     # inline tools, on a service started without --tools
-    b = serve_pipe(needle, [request(query=QUERY, tools=tools, max_new=24),
+    b = serve_pipe(needle, [request(query=QUERY, tools=tools, max_new=24, raw=True),
                             request(query=QUERY, tools=[1], max_new=2),
                             request(query=QUERY, tools="[]")])
     assert_same_generation(b[0], cli)
     error(b[1], "tools")
     error(b[2], "array")
+
+
+ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
+                 "confidence_source", "text", "prompt_tokens", "prefix_tokens", "generated_tokens", "grammar_checks")
+
+
+def test_calls_and_results_equal_the_cli_reply(needle):
+    """A constrained "query" and the "results" that follow are the CLI's `--query Q --reply R`:
+    the same two envelopes (the CLI's are checked against the Python twin in
+    test_tool_call.py), the session's KV cache kept between them."""
+    results = '[{"temp_c":31,"sky":"<|im_start|>clear"}]'
+    cli = [json.loads(line) for line in cli_text(needle, "--tools", TOOLS, "--query", "weather in Lagos?",
+                                                 "--force-call", "--max-new", "56", "--reply", results).split("\n")]
+    a = serve_pipe(needle, [request(query="weather in Lagos?", force_call=True, max_new=56, id="q"),
+                            b'{"id":"r","results":' + results.encode() + b',"max_new":56}',
+                            request(results=[1], max_new=3),               # 2 too small: refused, kept
+                            request(reset=True),
+                            request(results=[1]),                          # 4 nothing to answer
+                            request(query=QUERY, raw=True, max_new=2),     # 5 a plain turn ...
+                            request(results=[1]),                          # 6 ... is not a call
+                            request(query=QUERY, raw=True, force_call=True),   # 7 both: refused
+                            request(prompt=PROMPT, force_call=True),       # 8 force_call without query
+                            request(query=QUERY, tools=[{"name": "x", "parameters": {"type": "object",
+                                    "properties": {"a": {"type": "integer", "oneOf": []}}}}]),   # 9
+                            request(query=QUERY, max_new=3)],             # 10 too small for a call
+                   "--tools", TOOLS)
+    assert [x["id"] for x in a[:2]] == ["q", "r"]
+    for got, want in zip(a[:2], cli):
+        assert {k: got["envelope"][k] for k in ENVELOPE_KEYS} == {k: want[k] for k in ENVELOPE_KEYS}
+    # position: every token fed, plus the <|im_end|> chosen last (fed with the next request)
+    assert a[0]["position"] == cli[0]["prompt_tokens"] + cli[0]["generated_tokens"]
+    assert a[1]["position"] == a[0]["position"] + cli[1]["prompt_tokens"] - 1 + cli[1]["generated_tokens"]
+    error(a[2], "a call needs at least")
+    error(a[4], "send a \"query\" first")
+    assert ok(a[5])["stop"] in ("eos", "im_end", "max_new")
+    error(a[6], "send a \"query\" first")
+    error(a[7], "choose one")
+    error(a[8], "go with \"query\"")
+    error(a[9], 'tool "x": property "a": unsupported keyword "oneOf"')
+    error(a[10], "a call needs at least")
+
+
+def test_the_service_refuses_a_tools_file_its_grammar_cannot_take(needle, tmp_path):
+    bad = tmp_path / "tools.json"
+    bad.write_text(json.dumps([{"name": "x", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer", "oneOf": []}}}}]))
+    proc = run(needle, "--serve", "--tools", bad)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert 'unsupported keyword "oneOf"' in proc.stderr
 
 
 def test_default_max_new_comes_from_the_command_line(needle):

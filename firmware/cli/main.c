@@ -522,6 +522,8 @@ static int cli(int argc, char **argv)
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
         if (n < 0) return hal_fail(2, "%s: %s", tools, err);
+        if (serving && needle_grammar_compile(&grammar, tools_json, tools_len, 0, err, sizeof err))
+            return hal_fail(2, "%s: %s", tools, err);    /* the service's calls are constrained by it */
         if (!serving && (raw || print_ids)) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
         if (!serving) {
             if (needle_grammar_compile(&grammar, tools_json, tools_len, force_call, err, sizeof err))

@@ -33,6 +33,7 @@
 #include "hal.h"
 #include "needle_model.h"
 #include "needle_tokenizer.h"
+#include "needle_tool_call.h"
 #include "serve.h"
 #include "tool_prompt.h"
 
@@ -235,8 +236,10 @@ typedef struct {
     size_t prompt_len;
     const char *tools;            /* the "tools" array as written */
     size_t tools_len;
+    const char *results;          /* the "results" value as written */
+    size_t results_len;
     uint32_t max_new;
-    int has_max_new, plain_markers, has_plain_markers, reset;
+    int has_max_new, plain_markers, has_plain_markers, reset, raw, has_raw, force_call, has_force_call;
     const char *problem;          /* the first error that is not a syntax error */
 } request;
 
@@ -456,7 +459,7 @@ static int key_shown(const char *key, size_t len)
     return (int)n;
 }
 
-static const char KEYS[] = "prompt, query, tools, system, max_new, plain_markers, reset, id";
+static const char KEYS[] = "prompt, query, results, tools, system, max_new, plain_markers, raw, force_call, reset, id";
 
 /* A text value: a string without U+0000, decoded in place. */
 static char *text_value(json *j, request *r, const char *key, size_t *len)
@@ -479,7 +482,7 @@ static char *text_value(json *j, request *r, const char *key, size_t *len)
 static void parse_request(json *j, request *r)
 {
     static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
-                                         "reset", "id" };
+                                         "reset", "id", "raw", "force_call", "results" };
     unsigned seen = 0;
     memset(r, 0, sizeof *r);
     ws(j);
@@ -523,6 +526,10 @@ static void parse_request(json *j, request *r)
                     if (*start != '[') problem(r, "\"tools\" must be an array of tool objects");
                     r->tools = start;
                     r->tools_len = (size_t)(j->p - start);
+                } else if (!strcmp(name, "results")) {   /* any JSON value, passed on as written */
+                    if (jvalue(j)) return;
+                    r->results = start;
+                    r->results_len = (size_t)(j->p - start);
                 } else if (!strcmp(name, "max_new")) {
                     if (jvalue(j)) return;
                     uint64_t v = 0;
@@ -532,18 +539,19 @@ static void parse_request(json *j, request *r)
                         problem(r, "\"max_new\" must be an integer between 1 and %u", NEEDLE_MAX_SEQ);
                     r->max_new = (uint32_t)v;
                     r->has_max_new = 1;
-                } else if (!strcmp(name, "plain_markers") || !strcmp(name, "reset")) {
+                } else if (!strcmp(name, "reset")) {
+                    if (jvalue(j)) return;
+                    if ((size_t)(j->p - start) != 4 || memcmp(start, "true", 4))
+                        problem(r, "\"reset\" takes true (or leave it out)");
+                    r->reset = 1;
+                } else if (!strcmp(name, "plain_markers") || !strcmp(name, "raw") || !strcmp(name, "force_call")) {
                     if (jvalue(j)) return;
                     size_t n = (size_t)(j->p - start);
                     int yes = n == 4 && !memcmp(start, "true", 4), no = n == 5 && !memcmp(start, "false", 5);
-                    if (!strcmp(name, "reset")) {
-                        if (!yes) problem(r, "\"reset\" takes true (or leave it out)");
-                        r->reset = 1;
-                    } else {
-                        if (!yes && !no) problem(r, "\"plain_markers\" must be true or false");
-                        r->plain_markers = yes;
-                        r->has_plain_markers = 1;
-                    }
+                    if (!yes && !no) problem(r, "\"%s\" must be true or false", name);
+                    if (!strcmp(name, "raw")) { r->raw = yes; r->has_raw = 1; }
+                    else if (!strcmp(name, "force_call")) { r->force_call = yes; r->has_force_call = 1; }
+                    else { r->plain_markers = yes; r->has_plain_markers = 1; }
                 } else {   /* id: a string or an integer, echoed as written */
                     if (*start == '"') {
                         char *s, *e;
@@ -616,6 +624,69 @@ static int on_token(void *ctx, uint32_t id)
 
 static const char *const STOP[] = { "eos", "im_end", "max_new", "context" };
 
+/* ---- constrained turns: "query" (unless "raw") and "results" (docs/serve.md) ------------- */
+static needle_grammar grammar;      /* of the session's last constrained query */
+static int call_open;               /* the session's last answer was a call turn: "results" may follow */
+static needle_envelope envelope;
+static char results_text[NEEDLE_TOK_MAX_TEXT + 1];
+
+static void put_envelope(void *user, const char *s, size_t n) { w_put(user, s, n); }
+
+/* Decode one constrained turn after turn_ids[0..n) and answer its envelope (the CLI's line,
+ * needle_call_turn).  A turn refused before anything is fed (the budget) leaves the session
+ * as it was; an engine error resets it. */
+static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_t n)
+{
+    char err[256];
+    const uint32_t before = needle_position();
+    if (needle_call_turn(&grammar, turn_ids, n, r->has_max_new ? r->max_new : start_max_new, NULL, NULL,
+                         &envelope, err, sizeof err)) {
+        if (needle_position() != before) {
+            needle_reset();
+            pending = -1;
+            call_open = 0;
+            answer_error(w, r, "engine error: %s (the session was reset)", err);
+        } else {
+            answer_error(w, r, "%s", err);
+        }
+        return;
+    }
+    pending = (int32_t)turn_ids[n + envelope.generated_tokens - 1u];   /* <|im_end|>: chosen, fed next */
+    call_open = 1;
+    answer_start(w, r, 1);
+    w_fmt(w, ",\"position\":%u,\"envelope\":", needle_position() + 1u);
+    needle_envelope_write(&envelope, turn_ids, put_envelope, w);
+    w_str(w, "}\n");
+}
+
+/* {"results": ...}: the calls' results as the next turn of the session (needle_call_reply_ids),
+ * then a constrained turn with the last query's tools. */
+static void answer_results(writer *w, const request *r)
+{
+    char err[256];
+    if (!call_open || pending < 0) {
+        answer_error(w, r, "\"results\" answer a call: send a \"query\" first (its answer must be the "
+                           "session's last)");
+        return;
+    }
+    if (r->results_len > NEEDLE_TOK_MAX_TEXT) {
+        answer_error(w, r, "\"results\" is longer than %u bytes: send less", NEEDLE_TOK_MAX_TEXT);
+        return;
+    }
+    memcpy(results_text, r->results, r->results_len);
+    results_text[r->results_len] = 0;
+    int32_t k = needle_call_reply_ids(results_text, ids, NEEDLE_MAX_SEQ, err, sizeof err);   /* ids[0]: the pending <|im_end|> */
+    if (k < 0) { answer_error(w, r, "\"results\": %s", err); return; }
+    const uint32_t pos = needle_position();
+    if (pos + (uint32_t)k >= NEEDLE_MAX_SEQ) {
+        answer_error(w, r, "the results take %u tokens but the session has %u of max_seq_len %u left: send "
+                           "{\"reset\": true} to start a new session", (uint32_t)k, NEEDLE_MAX_SEQ - pos - 1u,
+                     NEEDLE_MAX_SEQ);
+        return;
+    }
+    answer_turn(w, r, ids, (uint32_t)k);
+}
+
 /* Answer one request line (line[0..len)). */
 static void handle(writer *w, size_t len)
 {
@@ -636,24 +707,31 @@ static void handle(writer *w, size_t len)
         return;
     }
     if (r.problem) { answer_error(w, &r, "%s", r.problem); return; }
-    int kinds = (r.prompt != NULL) + (r.query != NULL) + r.reset;
+    int kinds = (r.prompt != NULL) + (r.query != NULL) + (r.results != NULL) + r.reset;
     if (kinds != 1) {
-        answer_error(w, &r, kinds ? "give one of \"prompt\", \"query\" or \"reset\" per request"
-                                  : "a request needs \"prompt\", \"query\" or \"reset\": true");
+        answer_error(w, &r, kinds ? "give one of \"prompt\", \"query\", \"results\" or \"reset\" per request"
+                                  : "a request needs \"prompt\", \"query\", \"results\" or \"reset\": true");
         return;
     }
-    if (!r.query && (r.tools || r.system || r.has_plain_markers)) {
-        answer_error(w, &r, "\"tools\", \"system\" and \"plain_markers\" go with \"query\"");
+    if (!r.query && (r.tools || r.system || r.has_plain_markers || r.has_raw || r.has_force_call)) {
+        answer_error(w, &r, "\"tools\", \"system\", \"plain_markers\", \"raw\" and \"force_call\" go with "
+                            "\"query\" (\"results\" keeps the query's)");
+        return;
+    }
+    if (r.raw && r.force_call) {
+        answer_error(w, &r, "\"force_call\" constrains the call and \"raw\" turns the grammar off: choose one");
         return;
     }
     if (r.reset) {
         if (r.has_max_new) { answer_error(w, &r, "\"reset\" goes alone (with an optional \"id\")"); return; }
         needle_reset();
         pending = -1;
+        call_open = 0;
         answer_start(w, &r, 1);
         w_str(w, ",\"reset\":true}\n");
         return;
     }
+    if (r.results) { answer_results(w, &r); return; }
 
     /* the prompt text, and the ranges of it whose chat markers are plain text */
     const char *prompt_text = r.prompt;
@@ -672,6 +750,11 @@ static void handle(writer *w, size_t len)
         int n = needle_tool_prompt(tools, tools_len, r.query, r.system, r.plain_markers, prompt, sizeof prompt,
                                    plain, &n_plain, err, sizeof err);
         if (n < 0) {
+            answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+            return;
+        }
+        if (!r.raw) call_open = 0;    /* the grammar is replaced: the last call cannot be answered now */
+        if (!r.raw && needle_grammar_compile(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
             answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
             return;
         }
@@ -703,6 +786,7 @@ static void handle(writer *w, size_t len)
                      NEEDLE_MAX_SEQ, used);
         return;
     }
+    if (r.query && !r.raw) { answer_turn(w, &r, ids, fed); return; }
 
     static collect c;
     needle_tok_stream_init(&c.stream);
@@ -720,6 +804,7 @@ static void handle(writer *w, size_t len)
         return;
     }
     c.len += needle_tok_stream_finish(&c.stream, text + c.len);
+    call_open = 0;
     pending = res.stop == NEEDLE_STOP_EOS ? -1 : (int32_t)res.last;
     uint32_t position = needle_position() + (pending >= 0);
     double prefill = c.prefilled_ms - t0, dec = t1 - c.prefilled_ms;
@@ -748,6 +833,7 @@ static int session(int in, int out, int *err)
     writer w = { out, 0, 0, 0 };
     needle_reset();
     pending = -1;
+    call_open = 0;
     for (;;) {
         size_t len = 0;
         int k = read_line(&r, &len);
