@@ -254,7 +254,8 @@ def _reference(name):
 
 
 ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
-                 "confidence_source", "text", "prompt_tokens", "prefix_tokens", "generated_tokens")
+                 "confidence_source", "confidence_head", "router", "text", "prompt_tokens", "prefix_tokens",
+                 "generated_tokens")
 
 
 def python_envelope(model, tok, text: str, query: str, max_new: int, force: bool) -> dict:

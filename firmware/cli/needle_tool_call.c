@@ -251,6 +251,17 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
         if (d.phase == PH_DONE) break;
         if (!(lg = needle_step(id))) return FAIL(err, errcap, needle_error());
     }
+    /* the calibrated head over the prompt and the call (everything fed since reset), where
+     * this engine keeps the cells of every one of those tokens (docs/grammar.md §5) */
+    env->head_confidence = needle_confidence_head();
+    if (env->head_confidence >= 0.0f && env->head_confidence < env->confidence) env->confidence = env->head_confidence;
+#ifdef NEEDLE_HEAD_ROUTER
+    if (needle_position() <= NEEDLE_HEAD_TOKENS) {   /* the router head, raw, under the same condition */
+        uint32_t len;
+        const float *r = needle_head(NEEDLE_HEAD_ROUTER, &len);
+        if (r && len == 3u) { memcpy(env->router, r, sizeof env->router); env->has_router = 1; }
+    }
+#endif
     double t2 = seconds();
     env->calls[env->calls_len] = 0;
     env->is_call = env->calls_len > 2;
@@ -339,6 +350,18 @@ static void put_prob(const out_t *o, float x)
     puts_(o, frac);
 }
 
+/* A head's raw output: put_prob's exact 9 decimals with a sign; null beyond +-1e9 (or NaN). */
+static void put_signed(const out_t *o, float x)
+{
+    if (!(x > -1e9f && x < 1e9f)) { puts_(o, "null"); return; }
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    if (bits >> 31) puts_(o, "-");
+    bits &= 0x7FFFFFFFu;
+    memcpy(&x, &bits, 4);
+    put_prob(o, x);
+}
+
 static void put_rate(const out_t *o, double tokens, double s)
 {
     if (s <= 0.0) { puts_(o, "null"); return; }
@@ -405,7 +428,17 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     put_decoded(&o, ids + env->reasoning_from, env->reasoning_to - env->reasoning_from, 1);
     puts_(&o, ",\"confidence\":");
     put_prob(&o, env->confidence);
-    puts_(&o, ",\"confidence_source\":\"decoding\",\"prefill_tps\":");
+    puts_(&o, env->head_confidence >= 0.0f ? ",\"confidence_source\":\"head+decoding\",\"confidence_head\":"
+                                           : ",\"confidence_source\":\"decoding\",\"confidence_head\":null");
+    if (env->head_confidence >= 0.0f) put_prob(&o, env->head_confidence);
+    puts_(&o, ",\"router\":");
+    if (!env->has_router) puts_(&o, "null");
+    for (int i = 0; env->has_router && i < 3; i++) {
+        puts_(&o, i ? "," : "[");
+        put_signed(&o, env->router[i]);
+    }
+    if (env->has_router) puts_(&o, "]");
+    puts_(&o, ",\"prefill_tps\":");
     put_rate(&o, (double)(n - env->prefix_tokens), env->prefill_s);   /* the tokens fed */
     puts_(&o, ",\"decode_tps\":");
     put_rate(&o, (double)env->generated_tokens, env->decode_s);

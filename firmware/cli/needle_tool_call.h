@@ -25,7 +25,12 @@ typedef struct {
     char calls[NEEDLE_CALL_MAX_JSON + 1];   /* the call list as generated: canonical JSON */
     size_t calls_len;
     uint32_t reasoning_from, reasoning_to;  /* the think block's ids: ids[from..to) */
-    float confidence;            /* the smallest probability of a call token (and </tool_call>) */
+    float confidence;            /* min(decoding: the smallest probability of a call token (and
+                                  * </tool_call>), head_confidence where it is >= 0) */
+    float head_confidence;       /* the confidence head over the conversation, in [0, 1]; -1 where
+                                  * the engine cannot compute it (needle_confidence_head) */
+    int has_router;              /* Needle 3's router head (code 3) was computed: */
+    float router[3];             /* its three raw outputs over the conversation (docs/grammar.md §5) */
     uint32_t prompt_tokens, generated_tokens;
     uint32_t prefix_tokens;      /* of the prompt: restored from the prefix snapshot, not fed */
     double prefill_s, decode_s;  /* < 0 where the board has no clock */

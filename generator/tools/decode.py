@@ -187,10 +187,12 @@ class Session:
     --reply and of needle_call_turn called again on the same engine).  prefix: the
     firmware's prefix snapshot (Prefix), or None."""
 
-    def __init__(self, model, tok, g, prefix: Prefix | None = None):
+    def __init__(self, model, tok, g, prefix: Prefix | None = None, head_tokens: int = 0):
         self.model, self.tok, self.g, self.prefix = model, tok, g, prefix
+        self.head_tokens = head_tokens     # the C engine's head_tokens=N (0: heads not built)
         self.state = model.new_state()
         self.pos = 0
+        self.fed = []                      # every token fed since reset (the heads' input)
 
     def turn(self, prompt_ids: list, max_new: int) -> dict:
         """Feed prompt_ids at the next positions, decode one constrained turn."""
@@ -226,19 +228,35 @@ class Session:
                 break
             logits = self.model.forward(self.state, [t])[-1]
             self.pos += 1
-        return envelope(self.tok, ids, conf, len(prompt_ids), cached)
+        self.fed += list(prompt_ids) + ids[:-1]          # the <|im_end|> chosen last is not fed
+        head, router = self.head_outputs()
+        return envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
+
+    def head_outputs(self):
+        """The twins of needle_confidence_head (the sigmoid of the confidence head, code 2)
+        and of the router head's raw outputs (code 3), over every token fed since reset;
+        None where the C engine cannot compute them (heads not built, or more tokens than
+        head_tokens)."""
+        codes = {hd.code for hd in self.model.a.heads}
+        if not codes & {2, 3} or not 0 < len(self.fed) <= self.head_tokens:
+            return None, None
+        out = self.model.heads(self.fed)
+        head = F32(nm.sigmoid(np.asarray(out["confidence"], dtype=F32))[0]) if 2 in codes else None
+        router = [float(v) for v in np.asarray(out["router"], dtype=F32)] if 3 in codes else None
+        return head, router
 
     def reply(self, results: str, max_new: int) -> dict:
         return self.turn(reply_ids(self.tok, results), max_new)
 
 
-def run_turn(model, tok, g, prompt_ids: list, max_new: int, prefix: Prefix | None = None) -> dict:
+def run_turn(model, tok, g, prompt_ids: list, max_new: int, prefix: Prefix | None = None,
+             head_tokens: int = 0) -> dict:
     """Prefill prompt_ids, decode one constrained turn; the envelope fields the C twin
-    prints (the timings and memory excepted)."""
-    return Session(model, tok, g, prefix).turn(prompt_ids, max_new)
+    prints (the timings and memory excepted).  head_tokens: the C engine's head_tokens=N."""
+    return Session(model, tok, g, prefix, head_tokens).turn(prompt_ids, max_new)
 
 
-def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0) -> dict:
+def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0, head=None, router=None) -> dict:
     m = Markers(tok)
     k = ids.index(m.call_open)
     j = ids.index(m.call_close, k)
@@ -257,8 +275,10 @@ def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0) -> dict:
         "error_code": 0,
         "function_calls": calls,
         "reasoning": reasoning,
-        "confidence": float(conf),
-        "confidence_source": "decoding",
+        "confidence": float(conf if head is None or not head < conf else head),
+        "confidence_source": "decoding" if head is None else "head+decoding",
+        "confidence_head": None if head is None else float(head),
+        "router": router,
         "text": tok.decode(ids),
         "prompt_tokens": n_prompt,
         "prefix_tokens": n_prefix,
