@@ -438,3 +438,37 @@ def test_generator_call_prints_the_cli_envelope(engines):
                           "--tools", str(DEMO_TOOLS), "--query", "x", "--max-new", "3"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "a call needs at least" in bad.stderr
+
+
+# ---- system facts: --date ---------------------------------------------------------------------
+@pytest.mark.parametrize("system, composed", [
+    (None, "date: 2026-07-21 Tue 14:30"),
+    ("  locale: en-US \n", "date: 2026-07-21 Tue 14:30; locale: en-US"),
+    ("locale: en-US; date: 2025-01-01 Wed 09:00", "locale: en-US; date: 2025-01-01 Wed 09:00"),   # caller's wins
+    ("date: 2025-01-01 Wed 09:00", "date: 2025-01-01 Wed 09:00"),
+])
+def test_date_fact_is_composed_like_the_twin(engines, system, composed):
+    """--date puts the date fact first in the system turn (docs/prompt.md, "System facts"):
+    the envelope equals the twin's with the composed system text, on Needle 3 (whose wrapper
+    prepends the fact)."""
+    from generator.tools.prompt import system_facts
+    date = "2026-07-21 Tue 14:30"
+    assert system_facts(system, date).strip() == composed
+    model, tok = _reference("n3-tiny")
+    text = DEMO_TOOLS.read_text()
+    want = run_turn(model, tok, compile_tools(text, force_call=True),
+                    render_prompt_ids(tok, text, "remind me tomorrow", system_facts(system, date)), 64)
+    want["confidence"] = float(f"{want['confidence']:.9f}")
+    args = ["--tools", str(DEMO_TOOLS), "--query", "remind me tomorrow", "--date", date, "--force-call",
+            "--max-new", "64"] + (["--system", system] if system else [])
+    got = json.loads(subprocess.run([str(engines["n3-tiny"]), *args], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert {k: got[k] for k in ENVELOPE_KEYS} == {k: want[k] for k in ENVELOPE_KEYS}
+
+
+def test_date_now_runs_and_date_goes_with_a_query(engines):
+    proc = subprocess.run([str(engines["tiny"]), "--tools", str(DEMO_TOOLS), "--query", "x", "--date", "now",
+                           "--raw", "--ids", "--max-new", "1"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    bad = subprocess.run([str(engines["tiny"]), "--prompt", "x", "--date", "now"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr == "needle: error: --date goes with --query (a service request takes \"date\")\n"

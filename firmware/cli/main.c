@@ -3,6 +3,7 @@
  *   needle --prompt TEXT [--max-new N] [--ids]  greedy continuation, streamed (--ids: as token ids)
  *   needle --tools FILE.json --query TEXT       one tool-calling turn (docs/spec/prompt-and-tokenizer.md §4):
  *          [--system TEXT] [--max-new N]        decoding constrained by the tools' grammar, and
+ *          [--date TEXT|now]                    (the system facts' date: docs/prompt.md)
  *          [--force-call]                       the envelope as one JSON line (docs/grammar.md);
  *                                               --force-call: the answer is a call, at least one
  *          [--reply RESULTS]                    then a second turn on the same session, after the
@@ -43,6 +44,9 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <time.h>
+#endif
 
 #include "hal.h"
 #include "needle_model.h"
@@ -228,6 +232,18 @@ int needle_generate(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new, in
     }
 }
 
+int needle_date_now(char *out, size_t cap)
+{
+#if defined(__linux__)
+    time_t now = time(NULL);
+    const struct tm *t = now == (time_t)-1 ? NULL : localtime(&now);
+    if (t && strftime(out, cap, "%Y-%m-%d %a %H:%M", t)) return 0;
+#else
+    (void)out; (void)cap;
+#endif
+    return -1;
+}
+
 int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
                        int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
                        char *err, size_t errcap)
@@ -365,7 +381,7 @@ static void usage(void)
 {
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
-          "              [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
+          "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
@@ -399,13 +415,13 @@ static int serve(const char *socket_path, const char *tools_json, size_t tools_l
 static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
-    const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL;
+    const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL, *date = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
-                                        "--raw", "--force-call", "--reply", "--snapshot-save" };
+                                        "--raw", "--force-call", "--reply", "--snapshot-save", "--date" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -419,7 +435,7 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--logits") ? &logits
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
                           : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply
-                          : !strcmp(a, "--snapshot-save") ? &snapshot : NULL;
+                          : !strcmp(a, "--snapshot-save") ? &snapshot : !strcmp(a, "--date") ? &date : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
@@ -467,6 +483,16 @@ static int cli(int argc, char **argv)
                        "and the rest come with each request (docs/serve.md)");
     if ((logits || heads) && !tokens) return hal_fail(2, "--logits and --heads go with --tokens");
     if (system && (!query || serving)) return hal_fail(2, "--system goes with --query");
+    if (date && (!query || serving)) return hal_fail(2, "--date goes with --query (a service request takes \"date\")");
+    static char today[32], facts[PROMPT_MAX + 1];
+    if (date && !strcmp(date, "now")) {
+        if (needle_date_now(today, sizeof today))
+            return hal_fail(2, "--date now needs a clock, and this board has none: pass the date as text "
+                           "(e.g. --date \"2026-07-21 Tue 14:30\")");
+        date = today;
+    }
+    if (date && !(system = needle_system_facts(system, date, facts, sizeof facts)))
+        return hal_fail(2, "--date and --system are too long together: at most %u bytes", PROMPT_MAX);
     if (plain_markers && !(tools || query)) return hal_fail(2, "--plain-markers goes with --tools and --query");
     if (print_ids && (tokens || info || bench)) return hal_fail(2, "--ids goes with --prompt or --tools");
 #ifdef NEEDLE_TOOLS_BUILTIN

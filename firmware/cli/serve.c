@@ -232,7 +232,7 @@ typedef struct {
 typedef struct {
     const char *id;               /* the "id" value as written (a string or an integer), or NULL */
     size_t id_len;
-    char *prompt, *query, *system;   /* decoded, NUL-terminated */
+    char *prompt, *query, *system, *date;   /* decoded, NUL-terminated */
     size_t prompt_len;
     const char *tools;            /* the "tools" array as written */
     size_t tools_len;
@@ -459,7 +459,8 @@ static int key_shown(const char *key, size_t len)
     return (int)n;
 }
 
-static const char KEYS[] = "prompt, query, results, tools, system, max_new, plain_markers, raw, force_call, reset, id";
+static const char KEYS[] = "prompt, query, results, tools, system, date, max_new, plain_markers, raw, force_call, "
+                           "reset, id";
 
 /* A text value: a string without U+0000, decoded in place. */
 static char *text_value(json *j, request *r, const char *key, size_t *len)
@@ -482,7 +483,7 @@ static char *text_value(json *j, request *r, const char *key, size_t *len)
 static void parse_request(json *j, request *r)
 {
     static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
-                                         "reset", "id", "raw", "force_call", "results" };
+                                         "reset", "id", "raw", "force_call", "results", "date" };
     unsigned seen = 0;
     memset(r, 0, sizeof *r);
     ws(j);
@@ -521,6 +522,8 @@ static void parse_request(json *j, request *r)
                     r->query = text_value(j, r, name, NULL);
                 } else if (!strcmp(name, "system")) {
                     r->system = text_value(j, r, name, NULL);
+                } else if (!strcmp(name, "date")) {
+                    r->date = text_value(j, r, name, NULL);
                 } else if (!strcmp(name, "tools")) {
                     if (jvalue(j)) return;
                     if (*start != '[') problem(r, "\"tools\" must be an array of tool objects");
@@ -713,9 +716,9 @@ static void handle(writer *w, size_t len)
                                   : "a request needs \"prompt\", \"query\", \"results\" or \"reset\": true");
         return;
     }
-    if (!r.query && (r.tools || r.system || r.has_plain_markers || r.has_raw || r.has_force_call)) {
-        answer_error(w, &r, "\"tools\", \"system\", \"plain_markers\", \"raw\" and \"force_call\" go with "
-                            "\"query\" (\"results\" keeps the query's)");
+    if (!r.query && (r.tools || r.system || r.date || r.has_plain_markers || r.has_raw || r.has_force_call)) {
+        answer_error(w, &r, "\"tools\", \"system\", \"date\", \"plain_markers\", \"raw\" and \"force_call\" go "
+                            "with \"query\" (\"results\" keeps the query's)");
         return;
     }
     if (r.raw && r.force_call) {
@@ -747,7 +750,17 @@ static void handle(writer *w, size_t len)
             return;
         }
         char err[256];
-        int n = needle_tool_prompt(tools, tools_len, r.query, r.system, r.plain_markers, prompt, sizeof prompt,
+        static char today[32], facts[NEEDLE_TOK_MAX_TEXT + 1];
+        const char *date = r.date, *system = r.system;
+        if (date && !strcmp(date, "now")) {
+            if (needle_date_now(today, sizeof today)) { answer_error(w, &r, "\"date\": \"now\": no clock"); return; }
+            date = today;
+        }
+        if (date && !(system = needle_system_facts(system, date, facts, sizeof facts))) {
+            answer_error(w, &r, "\"date\" and \"system\" are too long together: at most %u bytes", NEEDLE_TOK_MAX_TEXT);
+            return;
+        }
+        int n = needle_tool_prompt(tools, tools_len, r.query, system, r.plain_markers, prompt, sizeof prompt,
                                    plain, &n_plain, err, sizeof err);
         if (n < 0) {
             answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);

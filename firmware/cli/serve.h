@@ -43,6 +43,11 @@ typedef struct {
 int needle_generate(const uint32_t *ids, uint32_t n, uint32_t max_new, int32_t stop_id,
                     const needle_gen_hooks *hooks, needle_gen_result *res);
 
+/* `--date now` (and a service request's "date": "now"): the local time as the system facts
+ * write it, "YYYY-MM-DD Ddd HH:MM", into out (at least 32 bytes).  0, or -1 where the board
+ * has no clock (bare metal: pass the date as text). */
+int needle_date_now(char *out, size_t cap);
+
 /* The tool-calling prompt of `needle --tools F --query Q` (needle_render_prompt_ex) into
  * out[0..cap); with plain_markers, the byte ranges of the caller's text (system, tools JSON,
  * query) in plain[0..*n_plain) for needle_tok_encode_spans, else *n_plain = 0.  Returns the

@@ -511,6 +511,48 @@ static void pr_untrusted(needle_prompt_untrusted *u, size_t start, size_t end)
     u->n++;
 }
 
+/* str.strip() of s[0..n) (valid UTF-8): leading, then trailing whitespace characters; the
+ * text left is s[*from..*to). */
+static void pr_strip(const uint8_t *s, size_t n, size_t *from, size_t *to)
+{
+    size_t i = 0, end = n, k;
+    uint32_t cp = 0;
+    while (i < n && (k = pr_utf8_len(s + i, n - i, &cp)) != 0 && pr_is_space(cp)) i += k;
+    while (end > i) {
+        size_t b = end - 1u;
+        while (b > i && (s[b] & 0xC0u) == 0x80u) b--;
+        pr_utf8_len(s + b, end - b, &cp);
+        if (!pr_is_space(cp)) break;
+        end = b;
+    }
+    *from = i;
+    *to = end;
+}
+
+const char *needle_system_facts(const char *system, const char *date, char *out, size_t cap)
+{
+    static const char fact[] = "date: ";
+    if (date == NULL) return system;
+    size_t i = 0, end = 0, n = system ? strlen(system) : 0u, d = strlen(date);
+    if (system && pr_utf8_check((const uint8_t *)system, n) != n) return system;   /* the renderer says why */
+    if (system) pr_strip((const uint8_t *)system, n, &i, &end);
+    const char *text = system ? system + i : "";
+    const size_t len = end - i;
+    if (len >= 5u && !memcmp(text, "date:", 5)) return system;               /* a date fact given: */
+    for (size_t k = 0; k + 7u <= len; k++)                                  /* the caller's wins */
+        if (!memcmp(text + k, "; date:", 7)) return system;
+    const size_t need = sizeof fact - 1u + d + (len ? 2u + len : 0u);
+    if (need + 1u > cap) return NULL;
+    memcpy(out, fact, sizeof fact - 1u);
+    memcpy(out + sizeof fact - 1u, date, d);
+    if (len) {
+        memcpy(out + sizeof fact - 1u + d, "; ", 2);
+        memcpy(out + sizeof fact - 1u + d + 2u, text, len);
+    }
+    out[need] = 0;
+    return out;
+}
+
 int needle_render_prompt_ex(const char *tools_json, size_t len, const char *query,
                             const char *system, char *out, size_t cap, char *err,
                             size_t errcap, needle_prompt_untrusted *untrusted)
@@ -550,8 +592,7 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
     }
     if (system != NULL) {
         const uint8_t *s = (const uint8_t *)system;
-        size_t n = strlen(system), i = 0, end = n, k;
-        uint32_t cp = 0;
+        size_t n = strlen(system), i = 0, end = n;
         bad = pr_utf8_check(s, n);
         if (bad != n) {
             pr_err_str(&e, "system is not valid UTF-8 (byte ");
@@ -559,15 +600,7 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
             pr_err_str(&e, ")");
             return NEEDLE_PROMPT_E_TEXT;
         }
-        /* str.strip(): leading, then trailing whitespace characters */
-        while (i < n && (k = pr_utf8_len(s + i, n - i, &cp)) != 0 && pr_is_space(cp)) i += k;
-        while (end > i) {
-            size_t b = end - 1u;
-            while (b > i && (s[b] & 0xC0u) == 0x80u) b--;
-            pr_utf8_len(s + b, end - b, &cp);
-            if (!pr_is_space(cp)) break;
-            end = b;
-        }
+        pr_strip(s, n, &i, &end);
         if (end > i) {
             sys0 = s + i;
             sys1 = s + end;

@@ -50,4 +50,12 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
                             const char *system, char *out, size_t cap, char *err,
                             size_t errcap, needle_prompt_untrusted *untrusted);
 
+/* The system text with the system facts' date (docs/prompt.md, "System facts"): date NULL
+ * gives system unchanged; a system text (stripped) that already holds a date fact (it starts
+ * with "date:" or has "; date:") is kept as it is; otherwise "date: DATE", then "; " and the
+ * stripped system text if there is one, into out[0..cap).  Returns the text to pass to
+ * needle_render_prompt as its system (system itself, or out), NULL if out is too small.
+ * Twin of generator/tools/prompt.py system_facts. */
+const char *needle_system_facts(const char *system, const char *date, char *out, size_t cap);
+
 #endif /* NEEDLE_TOOL_PROMPT_H */

@@ -144,7 +144,7 @@ def cmd_call(args) -> int:
     from pathlib import Path
     from generator.archive import reader
     from generator.archive.tokenizer import Tokenizer
-    from generator.tools.prompt import render_prompt_ids
+    from generator.tools.prompt import render_prompt_ids, system_facts
     from generator.model.needle2 import Needle2
     from generator.model.needle3 import Needle3
     from generator.tools.decode import run_turn
@@ -157,7 +157,11 @@ def cmd_call(args) -> int:
     a = reader.read(args.archive)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
-    env = run_turn(model, tok, g, render_prompt_ids(tok, text, args.query, args.system), args.max_new)
+    if args.date == "now":
+        import datetime
+        args.date = datetime.datetime.now().strftime("%Y-%m-%d %a %H:%M")
+    system = system_facts(args.system, args.date)
+    env = run_turn(model, tok, g, render_prompt_ids(tok, text, args.query, system), args.max_new)
     env.pop("calls_json")
     env["confidence"] = float(f"{env['confidence']:.9f}")
     print(json.dumps(env, ensure_ascii=False, separators=(",", ":")))
@@ -232,6 +236,7 @@ def main(argv=None) -> int:
     s.add_argument("--tools", required=True, metavar="FILE")
     s.add_argument("--query", required=True, metavar="TEXT")
     s.add_argument("--system", metavar="TEXT")
+    s.add_argument("--date", metavar="TEXT|now", help="the system facts' date fact (docs/prompt.md)")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N")
     s.add_argument("--force-call", action="store_true", help="the answer is a call (at least one)")
     s.set_defaults(fn=cmd_call)

@@ -286,6 +286,20 @@ def _check_text(name: str, value: str) -> None:
         raise CactError(f"{name} contains a NUL character")
 
 
+def system_facts(system: str | None, date: str | None) -> str | None:
+    """The system text with the system facts' date (docs/prompt.md, "System facts"; the
+    Needle 3 wrapper's behaviour as an option): ``date`` None leaves ``system`` as it is; a
+    stripped system text that already holds a date fact (it starts with ``date:`` or has
+    ``; date:``) is kept; otherwise ``date: DATE``, then ``; `` and the stripped system text.
+    Twin of firmware/cli/tool_prompt.c needle_system_facts."""
+    if date is None:
+        return system
+    text = (system or "").strip()
+    if text.startswith("date:") or "; date:" in text:
+        return system
+    return f"date: {date}" + (f"; {text}" if text else "")
+
+
 def render_prompt_segments(tools_json_text: str, query: str,
                            system: str | None = None) -> list:
     """The section 4.1 prompt as ``(text, trusted)`` pieces whose concatenation is
