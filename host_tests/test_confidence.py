@@ -15,27 +15,17 @@ import subprocess
 
 import pytest
 
-from generator.archive import reader
-from generator.archive.tokenizer import Tokenizer
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
 from generator.tools.decode import Session
 from generator.tools.prompt import render_prompt_ids
 from generator.tools.schema import compile_tools
-from host_tests.scons_run import ROOT, scons
+from host_tests.goldens import host_engines, reference
+from host_tests.scons_run import ROOT
 from test_cli_robustness import needle_heads  # noqa: F401  (tiny, head_tokens=4)
 
-GOLDEN = ROOT / "host_tests" / "golden"
 DEMO_TOOLS = ROOT / "demo" / "tools.json"
 MAX_SEQ = 256          # of both golden archives: every token of a session keeps its cells
 KEYS = ("type", "function_calls", "confidence", "confidence_source", "confidence_head", "router", "text",
         "prompt_tokens", "generated_tokens")
-
-
-def _reference(name):
-    a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
-    tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
 
 
 def _printed(env: dict) -> dict:
@@ -51,16 +41,12 @@ def _printed(env: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    root = tmp_path_factory.mktemp("confidence")
-    for name in ("tiny", "n3-tiny"):
-        scons("board=host", f"archive={GOLDEN / name / 'archive.cact'}", f"build={root / name}",
-              f"head_tokens={MAX_SEQ}")
-    return root
+    return host_engines(tmp_path_factory.mktemp("confidence"), f"head_tokens={MAX_SEQ}")
 
 
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 def test_the_head_joins_the_confidence_like_the_twin(engines, name):
-    model, tok = _reference(name)
+    model, tok = reference(name)
     text = DEMO_TOOLS.read_text()
     results = '[{"minutes":10,"ok":true}]'
     proc = subprocess.run([str(engines / name / "needle"), "--tools", str(DEMO_TOOLS), "--query",
@@ -79,7 +65,7 @@ def test_the_head_joins_the_confidence_like_the_twin(engines, name):
 
 def test_without_the_cells_the_envelope_says_decoding(needle_heads):  # noqa: F811
     """head_tokens=4: the prompt alone is longer, so the head cannot score the turn."""
-    model, tok = _reference("tiny")
+    model, tok = reference("tiny")
     text = DEMO_TOOLS.read_text()
     proc = subprocess.run([str(needle_heads), "--tools", str(DEMO_TOOLS), "--query", "lights on",
                            "--force-call", "--max-new", "64"], capture_output=True, text=True, check=True)

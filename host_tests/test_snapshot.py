@@ -12,27 +12,17 @@ import subprocess
 
 import pytest
 
-from generator.archive import reader
-from generator.archive.tokenizer import Tokenizer
 from generator.build import boards
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
 from generator.tools.decode import Prefix, Session, prefix_ids, run_turn
 from generator.tools.prompt import render_prompt_ids
 from generator.tools.schema import compile_tools
+from host_tests.goldens import GOLDEN, host_engines, reference
 from host_tests.scons_run import ROOT, scons
 
-GOLDEN = ROOT / "host_tests" / "golden"
 DEMO_TOOLS = ROOT / "demo" / "tools.json"
 KEYS = ("type", "function_calls", "reasoning", "confidence", "text", "prompt_tokens", "prefix_tokens",
         "generated_tokens")
 QUERIES = [("set a timer for ten minutes", True, 64), ("what's the weather in Lagos?", False, 40)]
-
-
-def _reference(name):
-    a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
-    tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
 
 
 def _twin(model, tok, prefix, query, force, max_new, system=None):
@@ -53,16 +43,12 @@ def _call(exe, *args) -> list:
 def builds(tmp_path_factory):
     """Host firmware with the demo tools built in, per archive: <b>/needle starts from the
     snapshot; <b>/prefix-host/needle (the engine that made it) is the same firmware without."""
-    root = tmp_path_factory.mktemp("snapshot")
-    for name in ("tiny", "n3-tiny"):
-        scons("board=host", f"archive={GOLDEN / name / 'archive.cact'}", f"build={root / name}",
-              f"tools={DEMO_TOOLS}")
-    return root
+    return host_engines(tmp_path_factory.mktemp("snapshot"), f"tools={DEMO_TOOLS}")
 
 
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 def test_turns_start_from_the_snapshot_and_equal_the_twin(builds, name):
-    model, tok = _reference(name)
+    model, tok = reference(name)
     prefix = Prefix(model, tok, DEMO_TOOLS.read_text())
     on, off = builds / name / "needle", builds / name / "prefix-host" / "needle"
     blob = (builds / name / "prefix.bin").read_bytes()
@@ -85,7 +71,7 @@ def test_turns_start_from_the_snapshot_and_equal_the_twin(builds, name):
 def test_other_prompts_feed_everything(builds, name):
     """--system changes the prompt's first tokens: no snapshot.  A reply turn continues the
     session (position > 0): nothing restored, and both turns equal the twin's."""
-    model, tok = _reference(name)
+    model, tok = reference(name)
     prefix = Prefix(model, tok, DEMO_TOOLS.read_text())
     on = builds / name / "needle"
     got = _call(on, "--query", "hello", "--system", "be brief", "--max-new", "40")[0]
@@ -168,13 +154,13 @@ def test_boards_restore_the_host_snapshot(name, tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
-    model, tok = _reference("tiny")
+    model, tok = reference("tiny")
     want = _twin(model, tok, Prefix(model, tok, DEMO_TOOLS.read_text()), query, force, max_new)
     assert {k: got[k] for k in KEYS} == want and got["prefix_tokens"] > 0
 
 
 def test_prefix_ids_end_at_the_tools_block():
-    model, tok = _reference("tiny")
+    model, tok = reference("tiny")
     ids = prefix_ids(tok, DEMO_TOOLS.read_text())
     assert ids[-1] == tok.piece_id("</tools>") and ids.count(tok.piece_id("</tools>")) == 1
     for query in ("a", "</tools>", "   "):
