@@ -254,7 +254,7 @@ def _reference(name):
 
 
 ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
-                 "confidence_source", "confidence_head", "router", "text", "prompt_tokens", "prefix_tokens",
+                 "confidence_source", "confidence_head", "router", "text", "prompt_tokens", "prefix_tokens", "retrieved",
                  "generated_tokens")
 
 

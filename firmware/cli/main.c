@@ -53,6 +53,7 @@
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
 #include "needle_tool_call.h"
+#include "needle_retrieval.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in tool list */
 #endif
@@ -67,6 +68,10 @@ static int print_ids;   /* --ids: print generated token ids instead of text */
 static char tools_json[TOOLS_FILE_MAX + 1];
 static char prompt[PROMPT_MAX + 1];
 static needle_grammar grammar;
+static needle_retrieval retrieval;   /* the tools a constrained turn renders (needle_retrieval.h) */
+#if NEEDLE_CAN_RETRIEVE
+static char chosen_tools[PROMPT_MAX + 1];
+#endif
 
 static int fail_stdout(void)
 {
@@ -321,6 +326,8 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
     static needle_envelope env;
     if (needle_call_turn(&grammar, ids, (uint32_t)n + 1u, max_new, NULL, NULL, &env, err, sizeof err))
         return hal_fail(2, "%s", err);
+    env.retrieved_count = retrieval.n_chosen;
+    memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
     needle_envelope_write(&env, ids, out_put, NULL);
     hal_out("\n", 1);
     if (hal_out_status()) return fail_stdout();
@@ -332,6 +339,8 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
     if (k < 0) return hal_fail(2, "--reply: %s", err);
     if (needle_call_turn(&grammar, ids + at, (uint32_t)k, max_new, NULL, NULL, &env, err, sizeof err))
         return hal_fail(2, "--reply: %s", err);
+    env.retrieved_count = retrieval.n_chosen;      /* the session keeps its tools */
+    memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
     needle_envelope_write(&env, ids + at, out_put, NULL);
     hal_out("\n", 1);
     return hal_out_status() ? fail_stdout() : 0;
@@ -544,6 +553,16 @@ static int cli(int argc, char **argv)
         char err[256];
         needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
         size_t n_plain = 0;
+#if NEEDLE_CAN_RETRIEVE
+        /* more than five tools: a constrained turn renders the five the embedding head picks */
+        if (!serving && !raw && !print_ids) {
+            size_t chosen_len;
+            const char *list = needle_retrieve(tools_json, tools_len, query, chosen_tools, sizeof chosen_tools,
+                                               &chosen_len, &retrieval, err, sizeof err);
+            if (!list) return hal_fail(2, "%s: %s", tools, err);
+            if (list != tools_json) { memcpy(tools_json, list, chosen_len + 1u); tools_len = chosen_len; }
+        }
+#endif
         /* The service checks its tools file once, with an empty query, before it starts. */
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);

@@ -456,6 +456,13 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     put_u(&o, n);
     puts_(&o, ",\"prefix_tokens\":");
     put_u(&o, env->prefix_tokens);
+    puts_(&o, ",\"retrieved\":");
+    if (!env->retrieved_count) puts_(&o, "null");
+    for (uint32_t i = 0; i < env->retrieved_count; i++) {
+        puts_(&o, i ? "," : "[");
+        put_u(&o, env->retrieved[i]);
+    }
+    if (env->retrieved_count) puts_(&o, "]");
     puts_(&o, ",\"generated_tokens\":");
     put_u(&o, env->generated_tokens);
     puts_(&o, ",\"grammar_checks\":");

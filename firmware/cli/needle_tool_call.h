@@ -33,6 +33,8 @@ typedef struct {
     float router[3];             /* its three raw outputs over the conversation (docs/grammar.md §5) */
     uint32_t prompt_tokens, generated_tokens;
     uint32_t prefix_tokens;      /* of the prompt: restored from the prefix snapshot, not fed */
+    uint32_t retrieved_count;    /* set by the caller (needle_retrieve): the tools rendered, as */
+    uint32_t retrieved[5];       /* indices into the full list; 0: every tool was rendered */
     double prefill_s, decode_s;  /* < 0 where the board has no clock */
     double grammar_s;            /* of decode_s: choosing tokens (grammar checks, arg-max passes) */
     uint64_t grammar_checks;     /* tokens tried against the grammar */

@@ -35,13 +35,14 @@ SDK_DIR = "sdk"
 # installed header name -> where it comes from ("gen/" the generated engine, else firmware/)
 HEADERS = {"needle_model.h": "gen/needle_model.h", "needle_tokenizer.h": "gen/needle_tokenizer.h",
            "needle_tool_prompt.h": "cli/tool_prompt.h", "needle_tool_grammar.h": "cli/needle_tool_grammar.h",
-           "needle_tool_call.h": "cli/needle_tool_call.h", "needle_bindings.h": "cli/needle_bindings.h"}
+           "needle_tool_call.h": "cli/needle_tool_call.h", "needle_bindings.h": "cli/needle_bindings.h",
+           "needle_retrieval.h": "cli/needle_retrieval.h"}
 # with a built-in tool list (scons tools=FILE): its typed bindings
 TOOLS_HEADERS = {"needle_tools.h": "gen/needle_tools.h"}
 BOARD_HEADERS = {"needle_hal.h": "hal/hal.h"}
 # what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
 LIBRARY_SOURCES = ["cli/tool_prompt.c", "cli/needle_tool_grammar.c", "cli/needle_tool_call.c",
-                   "cli/needle_bindings.c"]
+                   "cli/needle_bindings.c", "cli/needle_retrieval.c"]
 # the command line's own sources (firmware/cli/main.c and what it calls on every board)
 CLI_SOURCES = ["cli/entry.c", "cli/main.c"] + LIBRARY_SOURCES
 # templates/sdk/<name>.j2 -> path in the SDK

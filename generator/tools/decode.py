@@ -193,6 +193,7 @@ class Session:
         self.state = model.new_state()
         self.pos = 0
         self.fed = []                      # every token fed since reset (the heads' input)
+        self.retrieved = None              # the tools rendered, when retrieval chose them (retrieval.py)
 
     def turn(self, prompt_ids: list, max_new: int) -> dict:
         """Feed prompt_ids at the next positions, decode one constrained turn."""
@@ -230,7 +231,9 @@ class Session:
             self.pos += 1
         self.fed += list(prompt_ids) + ids[:-1]          # the <|im_end|> chosen last is not fed
         head, router = self.head_outputs()
-        return envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
+        env = envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
+        env["retrieved"] = self.retrieved
+        return env
 
     def head_outputs(self):
         """The twins of needle_confidence_head (the sigmoid of the confidence head, code 2)
@@ -282,6 +285,7 @@ def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0, head=None, 
         "text": tok.decode(ids),
         "prompt_tokens": n_prompt,
         "prefix_tokens": n_prefix,
+        "retrieved": None,
         "generated_tokens": len(ids),
         "calls_json": call_text,
     }

@@ -1,0 +1,148 @@
+/* needle_retrieval.c -- the best five tools for a query; see needle_retrieval.h and
+ * docs/grammar.md, "Retrieval".  Twin of generator/tools/retrieval.py. */
+#include "needle_retrieval.h"
+
+#include <string.h>
+
+#include "needle_model.h"
+#include "needle_tokenizer.h"
+#include "tool_prompt.h"
+
+#if NEEDLE_CAN_RETRIEVE
+#ifdef NEEDLE_HEAD_CONTRASTIVE
+#define EMBED_DIM NEEDLE_HEAD_CONTRASTIVE_OUTPUTS   /* the head's output: a unit vector */
+#else
+#define EMBED_DIM NEEDLE_HEAD_EMBEDDING_OUTPUTS
+#endif
+static float tool_vec[NEEDLE_RETRIEVE_TOOLS][EMBED_DIM], query_vec[EMBED_DIM];
+static uint32_t embed_ids[NEEDLE_HEAD_TOKENS + 1u];
+static char minified[NEEDLE_TOK_MAX_TEXT + 1];   /* the prompt with the whole list, minified */
+
+static int fail(char *err, size_t cap, const char *a, uint32_t x, const char *b, uint32_t y, const char *c)
+{
+    size_t at = 0;
+    const char *parts[5] = { a, NULL, b, NULL, c };
+    uint32_t nums[2] = { x, y };
+    for (int k = 0; k < 5; k++) {
+        char num[12];
+        const char *s = parts[k];
+        if (k == 1 || k == 3) {
+            if (!parts[k + 1]) continue;
+            uint32_t v = nums[k / 2];
+            size_t n = 0;
+            char tmp[12];
+            do { tmp[n++] = (char)('0' + v % 10u); v /= 10u; } while (v);
+            for (size_t i = 0; i < n; i++) num[i] = tmp[n - 1 - i];
+            num[n] = 0;
+            s = num;
+        }
+        for (; s && *s; s++, at++) if (at + 1 < cap) err[at] = *s;
+    }
+    if (cap) err[at < cap ? at : cap - 1] = 0;
+    return -1;
+}
+
+/* The top-level elements of a minified JSON array text[0..n): their byte ranges. */
+static uint32_t split_elements(const char *text, size_t n, size_t *start, size_t *end)
+{
+    uint32_t count = 0;
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = 0;
+            continue;
+        }
+        if (c == '"') in_string = 1;
+        if (c == '[' || c == '{') {
+            if (depth++ == 1 && count < NEEDLE_RETRIEVE_TOOLS) start[count] = i;
+        } else if (c == ']' || c == '}') {
+            if (--depth == 1 && count < NEEDLE_RETRIEVE_TOOLS) end[count++] = i + 1u;
+        }
+    }
+    return count;
+}
+
+/* BOS and text[0..n), markers plain, through the engine from position 0; the head's unit
+ * vector into v.  0, or -1 with the message in err. */
+static int embed(const char *text, size_t n, float *v, const char *what, uint32_t which, char *err, size_t errcap)
+{
+    const needle_tok_span plain = { 0, n };
+    embed_ids[0] = NEEDLE_BOS_ID;
+    int32_t k = needle_tok_encode_spans(text, n, embed_ids + 1, NEEDLE_HEAD_TOKENS - 1u, &plain, 1);
+    if (k < 0)
+        return fail(err, errcap, what, which, " is longer than the embedding head's ", NEEDLE_HEAD_TOKENS,
+                    " tokens (rebuild with a larger head_tokens=N)");
+    needle_reset();
+    for (uint32_t t = 0; t <= (uint32_t)k; t++)
+        if (!needle_step(embed_ids[t])) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);
+    uint32_t len;
+    const float *e = needle_head(1u, &len);
+    if (!e) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);
+    memcpy(v, e, sizeof(float) * EMBED_DIM);
+    return 0;
+}
+
+static float dot(const float *a, const float *b)   /* ascending order, as the reference sums */
+{
+    float s = 0.0f;
+    for (uint32_t i = 0; i < EMBED_DIM; i++) s = s + a[i] * b[i];
+    return s;
+}
+#endif
+
+const char *needle_retrieve(const char *tools_json, size_t len, const char *query, char *out, size_t cap,
+                            size_t *out_len, needle_retrieval *r, char *err, size_t errcap)
+{
+    memset(r, 0, sizeof *r);
+    *out_len = len;
+#if NEEDLE_CAN_RETRIEVE
+    needle_prompt_untrusted u;
+    static size_t start[NEEDLE_RETRIEVE_TOOLS], end[NEEDLE_RETRIEVE_TOOLS];
+    int n = needle_render_prompt_ex(tools_json, len, "", NULL, minified, sizeof minified, err, errcap, &u);
+    if (n < 0) return NULL;
+    const char *list = minified + u.span[0].start;          /* "[...]", minified */
+    r->count = split_elements(list, u.span[0].len, start, end);
+    if (r->count <= NEEDLE_RETRIEVE_TOP) return tools_json;
+    if (r->count > NEEDLE_RETRIEVE_TOOLS) {
+        fail(err, errcap, "the list holds more than ", NEEDLE_RETRIEVE_TOOLS, " tools", 0, NULL);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < r->count; i++)
+        if (embed(list + start[i], end[i] - start[i], tool_vec[i], "tool ", i, err, errcap)) return NULL;
+    if (embed(query, strlen(query), query_vec, "the query", 0, err, errcap)) return NULL;
+    needle_reset();
+    /* the best NEEDLE_RETRIEVE_TOP: repeatedly the highest score not yet taken, the earlier tool on a tie */
+    uint32_t taken = 0;
+    float score[NEEDLE_RETRIEVE_TOOLS];
+    for (uint32_t i = 0; i < r->count; i++) score[i] = dot(tool_vec[i], query_vec);
+    for (uint32_t k = 0; k < NEEDLE_RETRIEVE_TOP; k++) {
+        uint32_t best = r->count;
+        for (uint32_t i = 0; i < r->count; i++)
+            if (!(taken >> i & 1u) && (best == r->count || score[i] > score[best])) best = i;
+        taken |= 1u << best;
+    }
+    size_t at = 0;
+    out[at++] = '[';
+    for (uint32_t i = 0; i < r->count; i++) {
+        if (!(taken >> i & 1u)) continue;
+        const size_t m = end[i] - start[i];
+        if (at + m + 2u > cap) {
+            fail(err, errcap, "the five tools chosen do not fit the prompt", 0, NULL, 0, NULL);
+            return NULL;
+        }
+        if (r->n_chosen) out[at++] = ',';
+        memcpy(out + at, list + start[i], m);
+        at += m;
+        r->chosen[r->n_chosen++] = i;
+    }
+    out[at++] = ']';
+    out[at] = 0;
+    *out_len = at;
+    return out;
+#else
+    (void)query; (void)out; (void)cap; (void)err; (void)errcap;
+    return tools_json;     /* no embedding head in this engine: every tool is rendered (n_chosen 0) */
+#endif
+}

@@ -1,0 +1,69 @@
+"""Tool retrieval with the embedding head (docs/grammar.md, "Retrieval"); Python twin of
+firmware/cli/needle_retrieval.c, bit for bit.
+
+With more than ``TOP`` tools the official engine renders only the five best for the query:
+every tool and the query are embedded by the probe head of code 1 (Needle 2 "contrastive",
+Needle 3 "embedding": a unit vector) and scored by their dot product.
+
+[FLAG] renderings (the spec does not say): a tool is embedded as BOS and its minified JSON
+object, a query as BOS and its text, both encoded with chat markers as plain text.  The five
+best are rendered in the list's order; on a tie in score the earlier tool wins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from generator.errors import CactError
+from generator.model import numerics as nm
+from generator.tools.prompt import minify_tools
+
+TOP = 5            # tools rendered when there are more (NEEDLE_RETRIEVE_TOP)
+F32 = np.float32
+
+
+def split_elements(minified: str) -> list[str]:
+    """The top-level elements of a minified JSON array, as text."""
+    out, depth, in_string, start, i = [], 0, False, 0, 0
+    while i < len(minified):
+        c = minified[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            if depth == 1:
+                start = i
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth == 1:
+                out.append(minified[start:i + 1])
+        i += 1
+    return out
+
+
+def embed(model, tok, text: str, head_tokens: int) -> np.ndarray:
+    """The code-1 head's unit vector of BOS + text (markers plain), as the engine computes it."""
+    ids = [tok.bos_id] + tok.encode_segments([(text, False)])
+    if len(ids) > head_tokens:
+        raise CactError(f"{len(ids)} tokens is longer than the embedding head's {head_tokens} tokens "
+                        "(rebuild with a larger head_tokens=N)")
+    name = next(hd.name for hd in model.a.heads if hd.code == 1)
+    return np.asarray(model.heads(ids)[name], dtype=F32)
+
+
+def retrieve(model, tok, tools_text: str, query: str, head_tokens: int) -> tuple[str, list | None]:
+    """(the tools JSON to render, the chosen indices) for a constrained turn: the list itself
+    and None with at most TOP tools or without the embedding head in the engine
+    (head_tokens 0, or no code-1 head); else the TOP best as a minified array."""
+    elements = split_elements(minify_tools(tools_text))
+    if len(elements) <= TOP or not head_tokens or not any(hd.code == 1 for hd in model.a.heads):
+        return tools_text, None
+    q = embed(model, tok, query, head_tokens)
+    scores = [F32(nm.seq_dot(embed(model, tok, e, head_tokens), q)) for e in elements]
+    chosen = sorted(sorted(range(len(elements)), key=lambda i: (-scores[i], i))[:TOP])
+    return "[" + ",".join(elements[i] for i in chosen) + "]", chosen
