@@ -18,7 +18,8 @@ from generator.model.needle2 import Needle2
 from generator.model.needle3 import Needle3
 from generator.tools.decode import Session
 from generator.tools.prompt import render_prompt_ids
-from generator.tools.retrieval import retrieve, split_elements
+from generator.build import sdk
+from generator.tools.retrieval import retrieve, split_elements, tool_embeddings
 from generator.tools.schema import compile_tools
 from host_tests.scons_run import ROOT, scons
 
@@ -26,7 +27,7 @@ GOLDEN = ROOT / "host_tests" / "golden"
 TOOLS12 = ROOT / "host_tests" / "data" / "tools12.json"
 HEAD_TOKENS = 512        # the small archives' max_seq: every tool, the query and a turn keep their cells
 KEYS = ("type", "function_calls", "confidence", "confidence_source", "text", "prompt_tokens", "generated_tokens",
-        "retrieved")
+        "retrieved", "retrieval_tokens")
 QUERIES = ["turn on the kitchen lights", "what's the weather in Lagos", "reboot the router please"]
 
 
@@ -51,10 +52,10 @@ def test_the_five_chosen_and_the_call_equal_the_twin(engines, name):
     text = TOOLS12.read_text()
     picks = set()
     for query in QUERIES:
-        subset, chosen = retrieve(model, tok, text, query, HEAD_TOKENS)
+        subset, chosen, tokens = retrieve(model, tok, text, query, HEAD_TOKENS)
         assert len(chosen) == 5 and chosen == sorted(chosen)
         s = Session(model, tok, compile_tools(subset, force_call=True), head_tokens=HEAD_TOKENS)
-        s.retrieved = chosen
+        s.retrieved, s.retrieval_tokens = chosen, tokens
         want = s.turn(render_prompt_ids(tok, subset, query), 64)
         want["confidence"] = float(f"{want['confidence']:.9f}")
         proc = subprocess.run([str(engines / name / "needle"), "--tools", str(TOOLS12), "--query", query,
@@ -74,7 +75,7 @@ def test_without_the_head_every_tool_is_rendered(engines, tmp_path):
     """An engine built without head_tokens cannot embed: the twin and the CLI render all 12."""
     model, tok = _reference("small")
     text = TOOLS12.read_text()
-    assert retrieve(model, tok, text, QUERIES[0], 0) == (text, None)
+    assert retrieve(model, tok, text, QUERIES[0], 0) == (text, None, 0)
     assert len(split_elements(compile_tools(text).tools_json)) == 12
     scons("board=host", f"archive={GOLDEN / 'small' / 'archive.cact'}", f"build={tmp_path / 'b'}")
     proc = subprocess.run([str(tmp_path / "b" / "needle"), "--tools", str(TOOLS12), "--query", QUERIES[0],
@@ -90,3 +91,72 @@ def test_a_short_head_budget_is_refused_in_one_line(tmp_path):
                            "--force-call", "--max-new", "64"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
     assert "is longer than the embedding head's 8 tokens (rebuild with a larger head_tokens=N)" in proc.stderr
+
+
+# ---- a built-in list (scons tools=FILE head_tokens=N): the tools embedded at build time ----------
+@pytest.fixture(scope="module")
+def builtin(tmp_path_factory):
+    root = tmp_path_factory.mktemp("retrieval-builtin")
+    scons("board=host", f"archive={GOLDEN / 'small' / 'archive.cact'}", f"build={root}", f"head_tokens={HEAD_TOKENS}",
+          f"tools={TOOLS12}", "lib=1")
+    return root
+
+
+def _c_floats(text: str) -> list:
+    return [float.fromhex(x[:-1]) for x in text.replace(",", " ").split() if x.endswith("f") and "0x" in x]
+
+
+def test_built_in_embeddings_are_the_references(builtin):
+    """gen/needle_tools.c holds each tool's vector, bit for bit the a8 reference's; no prefix
+    snapshot is built (each query renders its own five tools)."""
+    gen = (builtin / "gen" / "needle_tools.c").read_text()
+    start = gen.index("needle_tools_embedding[NEEDLE_TOOLS_COUNT][NEEDLE_TOOLS_EMBED_DIM] = {")
+    table = _c_floats(gen[start:gen.index("};", start)].split("= {", 1)[1])
+    want = tool_embeddings(str(GOLDEN / "small" / "archive.cact"), TOOLS12.read_text(), HEAD_TOKENS)
+    assert len(want) == 12
+    assert table == [float(x) for v in want for x in v]
+    assert not (builtin / "prefix.bin").exists()
+
+
+@pytest.mark.parametrize("query", QUERIES[:2])
+def test_built_in_list_embeds_only_the_query(builtin, engines, query):
+    """The CLI with the built-in list picks what the engine that embeds every tool picks, and the
+    call is the same; only the query went through the model (the twin counts the tokens)."""
+    model, tok = _reference("small")
+    args = ["--query", query, "--force-call", "--max-new", "64"]
+    got = json.loads(subprocess.run([str(builtin / "needle")] + args, capture_output=True, text=True,
+                                    check=True).stdout)
+    full = json.loads(subprocess.run([str(engines / "small" / "needle"), "--tools", str(TOOLS12)] + args,
+                                     capture_output=True, text=True, check=True).stdout)
+    keys = [k for k in KEYS if k != "retrieval_tokens"]
+    assert {k: got[k] for k in keys} == {k: full[k] for k in keys}
+    emb = tool_embeddings(str(GOLDEN / "small" / "archive.cact"), TOOLS12.read_text(), HEAD_TOKENS)
+    _, chosen, query_only = retrieve(model, tok, TOOLS12.read_text(), query, HEAD_TOKENS, tools_embedded=emb)
+    _, _, everything = retrieve(model, tok, TOOLS12.read_text(), query, HEAD_TOKENS)
+    assert got["retrieved"] == chosen and got["retrieval_tokens"] == query_only
+    assert full["retrieval_tokens"] == everything > query_only
+
+
+def test_service_and_needle_run_retrieve_like_the_cli(builtin, tmp_path):
+    """A service session's first query and needle_run() (the typed bindings, through the SDK)
+    render the same five tools and make the same call as `needle --query`; a query later in
+    the session renders every tool (embedding would reset the session)."""
+    query = QUERIES[0]
+    cli = json.loads(subprocess.run([str(builtin / "needle"), "--query", query, "--force-call", "--max-new", "64"],
+                                    capture_output=True, text=True, check=True).stdout)
+    requests = [{"query": query, "force_call": True, "max_new": 64}, {"query": query, "max_new": 8}]
+    out = subprocess.run([str(builtin / "needle"), "--serve"], input="".join(json.dumps(r) + "\n" for r in requests),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    first, second = json.loads(out[0]), json.loads(out[1])
+    assert {k: first["envelope"][k] for k in KEYS} == {k: cli[k] for k in KEYS}
+    assert second["ok"] is False and "left" in second["error"]     # all twelve rendered: no room
+    sdk_dir = builtin / sdk.SDK_DIR
+    pc = f"PKG_CONFIG_LIBDIR={sdk_dir / 'lib' / 'pkgconfig'}"
+    flags = subprocess.run(f"{pc} pkg-config --cflags --libs needle", shell=True, capture_output=True, text=True,
+                           check=True).stdout.split()
+    exe = tmp_path / "run_retrieval"
+    subprocess.run(["gcc", "-std=c11", "-O2", "-o", str(exe), str(ROOT / "host_tests" / "c" / "run_retrieval.c")]
+                   + flags, check=True)
+    run = json.loads(subprocess.run([str(exe), query, "64"], capture_output=True, text=True, check=True).stdout)
+    assert run == {k: cli[k] for k in ("function_calls", "retrieved", "retrieval_tokens")}
+

@@ -220,6 +220,9 @@ def test_grammar_equals_the_python_twin(driver, tmp_path, block):
     ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/y"}}}}],
      'unsupported keyword "$ref"'),
     ([{"name": f"t{i}"} for i in range(33)], "33 tools; the grammar takes 32"),
+    ([{"name": f"t{i}", "parameters": {"type": "object", "properties": {
+        f"p{j}": {"type": "integer"} for j in range(32)}}} for i in range(8)],
+     'tool "t7": the grammar needs more than 256 nodes (NEEDLE_GRAMMAR_MAX_NODES): use fewer or simpler tools'),
 ])
 def test_unsupported_schemas_fail_with_one_line_naming_tool_and_keyword(driver, tmp_path, tools, message):
     text = json.dumps(tools)
@@ -370,18 +373,31 @@ def test_unique_arrays_count_distinct_values_like_the_twin(driver, tmp_path):
     state = gm.feed_bytes(g, gm.start(g), b'[{"name":"t","arguments":{"a":["a"')
     assert gm.min_bytes(g, state) == len(b',"cc"]}}]')
 # ---- tools built in: scons tools=FILE ------------------------------------------------------------
-def test_built_in_tools_equal_the_tools_file(tmp_path):
-    """scons tools=FILE compiles the list in: `needle --query Q` is `needle --tools FILE --query Q`."""
+@pytest.mark.parametrize("tools", [DEMO_TOOLS, ROOT / "host_tests" / "data" / "tools_pattern.json"],
+                         ids=["demo", "pattern"])
+def test_built_in_tools_equal_the_tools_file(tmp_path, tools):
+    """scons tools=FILE compiles the list in, its grammar's tables generated at build time into
+    flash: `needle --query Q` (those tables) is `needle --tools FILE --query Q` (the tables
+    compiled at run time into RAM), with and without --force-call; only the RAM differs."""
     scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={tmp_path / 'b'}",
-          f"tools={DEMO_TOOLS}")
+          f"tools={tools}", "snapshot=0")
     exe = tmp_path / "b" / "needle"
-    args = ["--query", "set a timer for ten minutes", "--force-call", "--max-new", "64"]
-    builtin = json.loads(subprocess.run([str(exe)] + args, capture_output=True, text=True, check=True).stdout)
-    given = json.loads(subprocess.run([str(exe), "--tools", str(DEMO_TOOLS)] + args, capture_output=True,
-                                      text=True, check=True).stdout)
-    assert {k: builtin[k] for k in ENVELOPE_KEYS} == {k: given[k] for k in ENVELOPE_KEYS}
     gen = (tmp_path / "b" / "gen" / "needle_tools.c").read_text()
-    assert compile_tools(DEMO_TOOLS.read_text()).tools_json.replace('"', '\\"') in gen
+    assert "static const needle_gnode GRAMMAR_NODES[" in gen and "GRAMMAR_NODES_FORCE" in gen
+    assert ("static const needle_gitem GRAMMAR_ITEMS[" in gen) == (tools != DEMO_TOOLS)   # the pattern's
+    called = set()
+    for query, force in [("set a timer for ten minutes", ["--force-call"]), ("set alarm", ["--force-call"]),
+                         ("alarm 06:30 mo tu", ["--force-call"]), ("guest wifi on for two hours", [])]:
+        args = ["--query", query, *force, "--max-new", "64"]
+        builtin = json.loads(subprocess.run([str(exe)] + args, capture_output=True, text=True, check=True).stdout)
+        given = json.loads(subprocess.run([str(exe), "--tools", str(tools)] + args, capture_output=True,
+                                          text=True, check=True).stdout)
+        assert {k: builtin[k] for k in ENVELOPE_KEYS} == {k: given[k] for k in ENVELOPE_KEYS}, query
+        assert builtin["peak_ram_mb"] < given["peak_ram_mb"]     # no grammar store in RAM
+        called |= {c["name"] for c in builtin["function_calls"]}
+    if tools != DEMO_TOOLS:     # the pattern and the unique enum array were walked from flash
+        assert "alarm" in called
+    assert compile_tools(tools.read_text()).tools_json.replace('"', '\\"') in gen
 
 
 def test_bad_built_in_tools_fail_the_build_in_one_line(tmp_path):

@@ -327,6 +327,7 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
     if (needle_call_turn(&grammar, ids, (uint32_t)n + 1u, max_new, NULL, NULL, &env, err, sizeof err))
         return hal_fail(2, "%s", err);
     env.retrieved_count = retrieval.n_chosen;
+    env.retrieval_tokens = retrieval.tokens;
     memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
     needle_envelope_write(&env, ids, out_put, NULL);
     hal_out("\n", 1);
@@ -340,6 +341,7 @@ static int call_turn(const char *text, size_t len, const needle_tok_span *plain,
     if (needle_call_turn(&grammar, ids + at, (uint32_t)k, max_new, NULL, NULL, &env, err, sizeof err))
         return hal_fail(2, "--reply: %s", err);
     env.retrieved_count = retrieval.n_chosen;      /* the session keeps its tools */
+    env.retrieval_tokens = 0;                      /* embedded for the first turn only */
     memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
     needle_envelope_write(&env, ids + at, out_put, NULL);
     hal_out("\n", 1);
@@ -529,7 +531,7 @@ static int cli(int argc, char **argv)
     if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
         return hal_fail(2, "cannot read %s: %s", tools, hal_reason());
 #ifdef NEEDLE_TOOLS_BUILTIN
-    if (query && !tools) {    /* the built-in list (validated when the firmware was built) */
+    if ((query || serving) && !tools) {    /* the built-in list (validated when the firmware was built) */
         tools = "built-in tools";
         tools_len = NEEDLE_TOOLS_JSON_BYTES;
         memcpy(tools_json, needle_tools_json, tools_len);
@@ -567,11 +569,11 @@ static int cli(int argc, char **argv)
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
         if (n < 0) return hal_fail(2, "%s: %s", tools, err);
-        if (serving && needle_grammar_compile(&grammar, tools_json, tools_len, 0, err, sizeof err))
+        if (serving && needle_call_grammar(&grammar, tools_json, tools_len, 0, err, sizeof err))
             return hal_fail(2, "%s: %s", tools, err);    /* the service's calls are constrained by it */
         if (!serving && (raw || print_ids)) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
         if (!serving) {
-            if (needle_grammar_compile(&grammar, tools_json, tools_len, force_call, err, sizeof err))
+            if (needle_call_grammar(&grammar, tools_json, tools_len, force_call, err, sizeof err))
                 return hal_fail(2, "%s: %s", tools, err);
             return call_turn(prompt, (size_t)n, plain, n_plain, max_new, reply);
         }

@@ -7,12 +7,18 @@
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
+#ifdef NEEDLE_TOOLS_BUILTIN
+#include "needle_tools.h"     /* scons tools=FILE: the built-in list (and its embeddings) */
+#endif
 
 #if NEEDLE_CAN_RETRIEVE
 #ifdef NEEDLE_HEAD_CONTRASTIVE
 #define EMBED_DIM NEEDLE_HEAD_CONTRASTIVE_OUTPUTS   /* the head's output: a unit vector */
 #else
 #define EMBED_DIM NEEDLE_HEAD_EMBEDDING_OUTPUTS
+#endif
+#ifdef NEEDLE_TOOLS_EMBEDDED
+_Static_assert(NEEDLE_TOOLS_EMBED_DIM == EMBED_DIM, "the built-in embeddings are this head's");
 #endif
 static float tool_vec[NEEDLE_RETRIEVE_TOOLS][EMBED_DIM], query_vec[EMBED_DIM];
 static uint32_t embed_ids[NEEDLE_HEAD_TOKENS + 1u];
@@ -66,7 +72,8 @@ static uint32_t split_elements(const char *text, size_t n, size_t *start, size_t
 
 /* BOS and text[0..n), markers plain, through the engine from position 0; the head's unit
  * vector into v.  0, or -1 with the message in err. */
-static int embed(const char *text, size_t n, float *v, const char *what, uint32_t which, char *err, size_t errcap)
+static int embed(const char *text, size_t n, float *v, const char *what, uint32_t which, uint32_t *tokens,
+                 char *err, size_t errcap)
 {
     const needle_tok_span plain = { 0, n };
     embed_ids[0] = NEEDLE_BOS_ID;
@@ -75,6 +82,7 @@ static int embed(const char *text, size_t n, float *v, const char *what, uint32_
         return fail(err, errcap, what, which, " is longer than the embedding head's ", NEEDLE_HEAD_TOKENS,
                     " tokens (rebuild with a larger head_tokens=N)");
     needle_reset();
+    *tokens += (uint32_t)k + 1u;
     for (uint32_t t = 0; t <= (uint32_t)k; t++)
         if (!needle_step(embed_ids[t])) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);
     uint32_t len;
@@ -109,14 +117,22 @@ const char *needle_retrieve(const char *tools_json, size_t len, const char *quer
         fail(err, errcap, "the list holds more than ", NEEDLE_RETRIEVE_TOOLS, " tools", 0, NULL);
         return NULL;
     }
+    /* the built-in list's tools were embedded at build time (needle_tools.c); any other list's now */
+    const float (*vec)[EMBED_DIM] = (const float (*)[EMBED_DIM])tool_vec;
+#ifdef NEEDLE_TOOLS_EMBEDDED
+    if (u.span[0].len == NEEDLE_TOOLS_JSON_BYTES && !memcmp(list, needle_tools_json, NEEDLE_TOOLS_JSON_BYTES))
+        vec = needle_tools_embedding;
+    else
+#endif
     for (uint32_t i = 0; i < r->count; i++)
-        if (embed(list + start[i], end[i] - start[i], tool_vec[i], "tool ", i, err, errcap)) return NULL;
-    if (embed(query, strlen(query), query_vec, "the query", 0, err, errcap)) return NULL;
+        if (embed(list + start[i], end[i] - start[i], tool_vec[i], "tool ", i, &r->tokens, err, errcap))
+            return NULL;
+    if (embed(query, strlen(query), query_vec, "the query", 0, &r->tokens, err, errcap)) return NULL;
     needle_reset();
     /* the best NEEDLE_RETRIEVE_TOP: repeatedly the highest score not yet taken, the earlier tool on a tie */
     uint32_t taken = 0;
     float score[NEEDLE_RETRIEVE_TOOLS];
-    for (uint32_t i = 0; i < r->count; i++) score[i] = dot(tool_vec[i], query_vec);
+    for (uint32_t i = 0; i < r->count; i++) score[i] = dot(vec[i], query_vec);
     for (uint32_t k = 0; k < NEEDLE_RETRIEVE_TOP; k++) {
         uint32_t best = r->count;
         for (uint32_t i = 0; i < r->count; i++)

@@ -31,6 +31,8 @@ typedef struct {
     uint32_t count;                        /* tools in the list */
     uint32_t n_chosen;                     /* 0: the list is short enough, every tool rendered */
     uint32_t chosen[NEEDLE_RETRIEVE_TOP];  /* the tools rendered, ascending indices */
+    uint32_t tokens;                       /* tokens run through the engine to embed: the query's,
+                                            * and the tools' unless they came from flash */
 } needle_retrieval;
 
 /* The tools to render for `query`: with at most NEEDLE_RETRIEVE_TOP tools, the list itself
@@ -38,7 +40,9 @@ typedef struct {
  * out[0..cap) (minified, NUL-terminated).  Runs the engine (it is reset before and after).
  * Returns the tools JSON to render and compile (tools_json itself or out) with its length in
  * *out_len, or NULL with a one-line message in err: invalid tools JSON, or a tool or the
- * query longer than head_tokens.  An engine without the embedding head (built without
+ * query longer than head_tokens.  The built-in list (scons tools=FILE head_tokens=N) has its
+ * tools' embeddings in flash, computed at build time: only the query is embedded.  An engine
+ * without the embedding head (built without
  * head_tokens=N, or an archive without the head) renders every tool: n_chosen stays 0. */
 const char *needle_retrieve(const char *tools_json, size_t len, const char *query, char *out, size_t cap,
                             size_t *out_len, needle_retrieval *r, char *err, size_t errcap);

@@ -9,6 +9,9 @@
 
 #include "needle_model.h"
 #include "needle_tokenizer.h"
+#ifdef NEEDLE_TOOLS_BUILTIN
+#include "needle_tools.h"     /* scons tools=FILE: the built-in list and its tables in flash */
+#endif
 
 #if defined(__linux__)
 #include <time.h>
@@ -185,6 +188,19 @@ int32_t needle_prefix_restore(const uint32_t *ids, uint32_t n)
     return 0;
 }
 
+int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, int force_call, char *err,
+                        size_t errcap)
+{
+#ifdef NEEDLE_TOOLS_BUILTIN
+    const needle_grammar *builtin = needle_tools_grammar(force_call);
+    if (builtin && len == NEEDLE_TOOLS_JSON_BYTES && !memcmp(tools_json, needle_tools_json, len)) {
+        *g = *builtin;
+        return 0;
+    }
+#endif
+    return needle_grammar_compile(g, tools_json, len, force_call, err, errcap);
+}
+
 int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,
                      int (*on_token)(void *user, uint32_t id), void *user,
                      needle_envelope *env, char *err, size_t errcap)
@@ -193,6 +209,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     memset(env, 0, sizeof *env);
     memset(&d, 0, sizeof d);
     d.g = g;
+    env->grammar_ram = needle_grammar_ram_bytes(g);
     d.call_open = marker("<tool_call>");
     d.call_close = marker("</tool_call>");
     d.im_start = marker("<|im_start|>");
@@ -444,7 +461,7 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     put_rate(&o, (double)env->generated_tokens, env->decode_s);
     puts_(&o, ",\"peak_ram_mb\":");
     {
-        uint64_t bytes = (uint64_t)needle_state_bytes() + sizeof(needle_grammar) + sizeof(needle_gstate) * 2u;
+        uint64_t bytes = (uint64_t)needle_state_bytes() + env->grammar_ram + sizeof(needle_gstate) * 2u;
         uint64_t milli = (bytes * 1000u + 524288u) / 1048576u;
         put_u(&o, milli / 1000u);
         char d[5] = { '.', (char)('0' + milli / 100u % 10u), (char)('0' + milli / 10u % 10u), (char)('0' + milli % 10u), 0 };
@@ -463,6 +480,9 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
         put_u(&o, env->retrieved[i]);
     }
     if (env->retrieved_count) puts_(&o, "]");
+    puts_(&o, ",\"retrieval_tokens\":");
+    if (env->retrieved_count) put_u(&o, env->retrieval_tokens);
+    else puts_(&o, "null");
     puts_(&o, ",\"generated_tokens\":");
     put_u(&o, env->generated_tokens);
     puts_(&o, ",\"grammar_checks\":");

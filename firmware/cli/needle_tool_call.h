@@ -35,10 +35,18 @@ typedef struct {
     uint32_t prefix_tokens;      /* of the prompt: restored from the prefix snapshot, not fed */
     uint32_t retrieved_count;    /* set by the caller (needle_retrieve): the tools rendered, as */
     uint32_t retrieved[5];       /* indices into the full list; 0: every tool was rendered */
+    uint32_t retrieval_tokens;   /* set by the caller: the tokens embedding took (needle_retrieval.tokens) */
     double prefill_s, decode_s;  /* < 0 where the board has no clock */
     double grammar_s;            /* of decode_s: choosing tokens (grammar checks, arg-max passes) */
     uint64_t grammar_checks;     /* tokens tried against the grammar */
+    size_t grammar_ram;          /* RAM of the grammar's tables (0: built-in, in flash) */
 } needle_envelope;
+
+/* The grammar of a tool list: the built-in list (scons tools=FILE, minified as
+ * needle_tools_json) takes its tables from flash, compiled at build time; any other list is
+ * compiled into the library's store (needle_grammar_compile, which this returns). */
+int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, int force_call, char *err,
+                        size_t errcap);
 
 /* Feed prompt ids[0..n) at the engine's next positions and decode one constrained turn of
  * at most max_new tokens (fewer if the context is shorter) into ids[n..]; ids has room for

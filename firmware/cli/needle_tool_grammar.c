@@ -35,6 +35,25 @@ static const int64_t POW10[19] = {
     100000000000000LL, 1000000000000000LL, 10000000000000000LL, 100000000000000000LL,
     1000000000000000000LL };
 
+/* ================================================================ the store */
+
+/* The tables of a grammar compiled at run time: one per library (needle_grammar_compile);
+ * a needle_grammar views them.  The built-in tools' tables are generated at build time
+ * (needle_tools.c) and never live here. */
+typedef struct {
+    char text[NEEDLE_GRAMMAR_TEXT_MAX + 16u];   /* the list, NUL, "truefalsenull", NUL */
+    size_t text_len;
+    needle_gnode node[NEEDLE_GRAMMAR_MAX_NODES];
+    needle_gref ref[NEEDLE_GRAMMAR_MAX_REFS];
+    uint16_t sub[NEEDLE_GRAMMAR_MAX_REFS];
+    needle_gitem item[NEEDLE_GRAMMAR_MAX_ITEMS];
+    uint32_t range[NEEDLE_GRAMMAR_MAX_RANGES][2];
+    uint32_t rest[NEEDLE_GRAMMAR_MAX_ITEMS + 64u];
+    uint32_t n_node, n_ref, n_item, n_range, n_rest;
+} ng_store;
+
+static ng_store store;
+
 /* ================================================================ errors */
 
 typedef struct {
@@ -191,10 +210,12 @@ static uint32_t item_min_bytes(const needle_grammar *g, const needle_gitem *it)
 /* ================================================================ the minified JSON */
 
 typedef struct {
-    needle_grammar *g;
+    ng_store *g;            /* written while compiling */
+    needle_grammar v;       /* read through the matcher's helpers: views of *g */
     ng_err e;
     char where[512];
     size_t where_n;
+    size_t tool_n;          /* where[0..tool_n): the tool being compiled ("tool \"NAME\""), 0 before */
 } ng_comp;
 
 static const char *T(const ng_comp *c) { return c->g->text; }
@@ -278,14 +299,25 @@ static void where_push(ng_comp *c, const char *s, size_t n, size_t *saved)
     for (size_t i = 0; i < n && c->where_n + 1 < sizeof c->where; i++) c->where[c->where_n++] = s[i];
 }
 
+/* "tool \"NAME\": the grammar needs more than N <what>": a table bound (a board sets them,
+ * boards/<name>.toml [grammar]) is too small for the list. */
+static void table_full(ng_comp *c, uint32_t bound, const char *what)
+{
+    c->e.n = 0;
+    if (c->tool_n) {
+        err_str(&c->e, c->where, c->tool_n);
+        err_s(&c->e, ": ");
+    }
+    err_s(&c->e, "the grammar needs more than ");
+    err_u(&c->e, bound);
+    err_s(&c->e, what);
+}
+
 static int add_node(ng_comp *c, uint8_t kind, uint32_t *idx)
 {
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     if (g->n_node >= NEEDLE_GRAMMAR_MAX_NODES) {
-        c->e.n = 0;
-        err_s(&c->e, "the grammar needs more than ");
-        err_u(&c->e, NEEDLE_GRAMMAR_MAX_NODES);
-        err_s(&c->e, " nodes (use fewer or simpler tools)");
+        table_full(c, NEEDLE_GRAMMAR_MAX_NODES, " nodes (NEEDLE_GRAMMAR_MAX_NODES): use fewer or simpler tools");
         return -1;
     }
     *idx = g->n_node++;
@@ -301,10 +333,8 @@ static int add_node(ng_comp *c, uint8_t kind, uint32_t *idx)
 static int add_ref(ng_comp *c, size_t off, size_t len)
 {
     if (c->g->n_ref >= NEEDLE_GRAMMAR_MAX_REFS) {
-        c->e.n = 0;
-        err_s(&c->e, "the grammar needs more than ");
-        err_u(&c->e, NEEDLE_GRAMMAR_MAX_REFS);
-        err_s(&c->e, " literals (names, keys, enum values): use fewer tools or values");
+        table_full(c, NEEDLE_GRAMMAR_MAX_REFS, " literals: names, keys and enum values "
+                   "(NEEDLE_GRAMMAR_MAX_REFS): use fewer tools or values");
         return -1;
     }
     c->g->ref[c->g->n_ref].off = (uint32_t)off;
@@ -573,14 +603,16 @@ typedef struct { uint8_t kind, negate; ng_set set; } ng_atom_items;
 
 static int pat_emit(ng_pat *p, needle_gnode *n, uint8_t kind, uint8_t negate, const ng_set *s, uint32_t count)
 {
-    needle_grammar *g = p->c->g;
+    ng_store *g = p->c->g;
     if (!count) return 0;
-    if (g->n_range + s->n > NEEDLE_GRAMMAR_MAX_RANGES) return pat_fail(p, "the grammar's pattern tables are full");
+    if (g->n_range + s->n > NEEDLE_GRAMMAR_MAX_RANGES)
+        return pat_fail(p, "the grammar's pattern tables are full (NEEDLE_GRAMMAR_MAX_RANGES)");
     uint16_t r0 = (uint16_t)g->n_range;
     for (uint32_t i = 0; i < s->n; i++) { g->range[g->n_range][0] = s->r[i][0]; g->range[g->n_range][1] = s->r[i][1]; g->n_range++; }
     for (uint32_t k = 0; k < count; k++) {
         if (n->n_item >= NEEDLE_GRAMMAR_PATTERN_ITEMS + 1u) return 1;   /* too long: reported below */
-        if (g->n_item >= NEEDLE_GRAMMAR_MAX_ITEMS) return pat_fail(p, "the grammar's pattern tables are full");
+        if (g->n_item >= NEEDLE_GRAMMAR_MAX_ITEMS)
+            return pat_fail(p, "the grammar's pattern tables are full (NEEDLE_GRAMMAR_MAX_ITEMS)");
         needle_gitem *it = &g->item[g->n_item++];
         it->kind = kind; it->negate = negate; it->range0 = r0; it->n_range = (uint16_t)s->n;
         n->n_item++;
@@ -591,7 +623,7 @@ static int pat_emit(ng_pat *p, needle_gnode *n, uint8_t kind, uint8_t negate, co
 static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
 {
     static ng_cps cps;
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     const char *t = T(c);
     ng_pat p = { c, &cps, t + v + 1, jv_end(t, v) - v - 2 };
     if (decode_string(t, v, &cps)) return pat_fail(&p, "longer than 512 characters");
@@ -714,13 +746,14 @@ static int compile_pattern(ng_comp *c, size_t v, needle_gnode *n)
     if (too_long || n->n_item > NEEDLE_GRAMMAR_PATTERN_ITEMS)
         return pat_fail(&p, "expands to more than 63 items (repeat counts add up)");
     /* bytes of the cheapest completion from each position */
-    if (g->n_rest + n->n_item + 1u > sizeof g->rest / sizeof g->rest[0]) return pat_fail(&p, "the grammar's pattern tables are full");
+    if (g->n_rest + n->n_item + 1u > sizeof g->rest / sizeof g->rest[0])
+        return pat_fail(&p, "the grammar's pattern tables are full (NEEDLE_GRAMMAR_MAX_ITEMS)");
     n->rest0 = (uint16_t)g->n_rest;
     g->n_rest += n->n_item + 1u;
     g->rest[n->rest0 + n->n_item] = 0;
     for (int k = (int)n->n_item - 1; k >= 0; k--) {
         const needle_gitem *it = &g->item[n->item0 + (uint32_t)k];
-        g->rest[n->rest0 + (uint32_t)k] = g->rest[n->rest0 + (uint32_t)k + 1u] + (it->kind == NG_P_ONE ? item_min_bytes(g, it) : 0u);
+        g->rest[n->rest0 + (uint32_t)k] = g->rest[n->rest0 + (uint32_t)k + 1u] + (it->kind == NG_P_ONE ? item_min_bytes(&c->v, it) : 0u);
     }
     n->min_bytes = 2u + g->rest[n->rest0];
     return 0;
@@ -786,7 +819,7 @@ static ng_task *task_push(ng_tasks *q, uint8_t op)
 static int compile_array(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, uint16_t *dest)
 {
     const char *t = T(c);
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     size_t items = jv_get(t, s, "\"items\"");
     if (items == NONE) return fail(c, "an array needs items (one schema)");
     int32_t mn = count_kw(c, s, "\"minItems\"", "minItems");
@@ -823,7 +856,7 @@ static uint32_t unique_item(const needle_grammar *g, const needle_gnode *child, 
 
 static int array_done(ng_comp *c, uint32_t idx)
 {
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     needle_gnode *n = &g->node[idx];
     const needle_gnode *ch = &g->node[n->child];
     if (n->unique) {
@@ -840,7 +873,7 @@ static int array_done(ng_comp *c, uint32_t idx)
     }
     if (n->unique) {   /* distinct values: the min_len shortest alternatives */
         n->min_bytes = 2u + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
-        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) n->min_bytes += unique_item(g, ch, 0, j);
+        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) n->min_bytes += unique_item(&c->v, ch, 0, j);
     } else {
         n->min_bytes = 2u + (uint32_t)n->min_len * ch->min_bytes + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
     }
@@ -851,7 +884,7 @@ static int array_done(ng_comp *c, uint32_t idx)
 static int compile_object(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, uint16_t *dest)
 {
     const char *t = T(c);
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     size_t props = jv_get(t, s, "\"properties\"");
     size_t extra = jv_get(t, s, "\"additionalProperties\"");
     if (extra != NONE && !jv_is(t, extra, "false"))
@@ -892,7 +925,7 @@ static int compile_object(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, uin
 static int object_next(ng_comp *c, ng_tasks *q, const ng_task *task)
 {
     const char *t = T(c);
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     needle_gnode *n = &g->node[task->node];
     size_t props = jv_get(t, task->s, "\"properties\""), key, val;
     if (task->k < n->n_ref) {
@@ -974,7 +1007,7 @@ static int compile_schema(ng_comp *c, size_t s, uint32_t depth, int force_ty, ui
  * tool whose parameters omit it). */
 static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int force_ty, uint16_t *dest)
 {
-    needle_grammar *g = c->g;
+    ng_store *g = c->g;
     const char *t = T(c);
     if (depth > NEEDLE_GRAMMAR_MAX_DEPTH) return fail(c, "nested deeper than the grammar's 13 levels of arguments");
     if (t[s] != '{') return fail(c, "a schema must be a JSON object");
@@ -1088,18 +1121,23 @@ static int text_too_long(ng_comp *c)
     return -1;
 }
 
-int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len, int force_call,
+int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size_t len, int force_call,
                            char *err, size_t errcap)
 {
     static char work[NEEDLE_GRAMMAR_TEXT_MAX + 96u];
     static ng_comp c;      /* static: frames stay small (the watches' stack guard is 1 KiB) */
     size_t v, ignored;
-    c.g = g;
+    needle_grammar *out = grammar;
+    c.g = &store;
+    memset(&store, 0, sizeof store);
+    memset(&c.v, 0, sizeof c.v);
+    c.v.text = store.text; c.v.node = store.node; c.v.ref = store.ref; c.v.sub = store.sub;
+    c.v.item = store.item; c.v.range = (const uint32_t (*)[2])store.range; c.v.rest = store.rest;
+    c.v.force_call = force_call;
     c.e.buf = err; c.e.cap = err ? errcap : 0; c.e.n = 0;
-    c.where_n = 0;
+    c.where_n = c.tool_n = 0;
     if (c.e.cap) err[0] = 0;
-    memset(g, 0, sizeof *g);
-    g->force_call = force_call;
+    ng_store *g = &store;
 
     /* minify with the prompt's rules: render an empty query and keep the tools span */
     needle_prompt_untrusted u;
@@ -1141,6 +1179,7 @@ int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len
         c.where_n = 0;
         where_push(&c, "tool ", 5, &ignored);
         where_push(&c, t + name, nl, &ignored);
+        c.tool_n = c.where_n;
         for (uint32_t k = 0; k < i; k++) {
             const needle_gref *r = &g->ref[cn->ref0 + k];
             if (r->len == nl && !memcmp(t + r->off, t + name, nl))
@@ -1169,11 +1208,17 @@ int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len
     }
     cn->min_bytes = (ntools ? best : 0u) + (uint32_t)(CALL_HEAD_LEN + CALL_MID_LEN + 1u);
     g->node[calls].min_bytes = 2u + (force_call ? cn->min_bytes : 0u);
-    g->n_tools = ntools;
+    c.v.text_len = g->text_len;
+    c.v.n_node = g->n_node; c.v.n_ref = g->n_ref; c.v.n_item = g->n_item;
+    c.v.n_range = g->n_range; c.v.n_rest = g->n_rest;
+    c.v.n_tools = ntools;
+    *out = c.v;
     return 0;
 }
 
 uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].min_bytes; }
+
+size_t needle_grammar_ram_bytes(const needle_grammar *g) { return g->text == store.text ? sizeof store : 0u; }
 
 /* ================================================================ the matcher (grammar.py) */
 

@@ -71,15 +71,18 @@ typedef struct {
 
 enum { NG_P_ONE = 0, NG_P_OPT, NG_P_STAR };
 
+/* A compiled grammar: read-only views of its tables, in flash (the built-in tools' tables,
+ * generated at build time: needle_tools.h) or in the store of needle_grammar_compile().
+ * Its size does not depend on the table bounds. */
 typedef struct {
-    char text[NEEDLE_GRAMMAR_TEXT_MAX + 16u];   /* the list, NUL, "truefalsenull", NUL */
-    size_t text_len;
-    needle_gnode node[NEEDLE_GRAMMAR_MAX_NODES];
-    needle_gref ref[NEEDLE_GRAMMAR_MAX_REFS];
-    uint16_t sub[NEEDLE_GRAMMAR_MAX_REFS];
-    needle_gitem item[NEEDLE_GRAMMAR_MAX_ITEMS];
-    uint32_t range[NEEDLE_GRAMMAR_MAX_RANGES][2];
-    uint32_t rest[NEEDLE_GRAMMAR_MAX_ITEMS + 64u];
+    const char *text;       /* the minified list, NUL, "truefalsenull", NUL */
+    size_t text_len;        /* of the list */
+    const needle_gnode *node;
+    const needle_gref *ref;
+    const uint16_t *sub;
+    const needle_gitem *item;
+    const uint32_t (*range)[2];
+    const uint32_t *rest;
     uint32_t n_node, n_ref, n_item, n_range, n_rest;
     uint32_t n_tools;
     int force_call;
@@ -109,9 +112,16 @@ typedef struct {
 /* Compile a tool list (JSON text, validated and minified here with the prompt's rules,
  * tool_prompt.h) into *g.  force_call: the list must hold at least one call.  Returns 0, or
  * -1 with a one-line message in err[0..errcap) naming the tool, the property and the
- * keyword. */
+ * keyword (*g unchanged).  The tables go into the library's one static store (bounded by
+ * NEEDLE_GRAMMAR_*, about 56 KiB at the defaults): compiling again replaces them, so
+ * one run-time grammar is live at a time.  Built-in tools need no compile (their tables
+ * are in flash, needle_tools_grammar()). */
 int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len, int force_call,
                            char *err, size_t errcap);
+
+/* RAM its tables take: the store's size for a grammar compiled at run time, 0 for tables
+ * in flash. */
+size_t needle_grammar_ram_bytes(const needle_grammar *g);
 
 void needle_grammar_start(const needle_grammar *g, needle_gstate *s);
 /* Feed one byte: 0 and *s updated, or -1 (and *s unchanged in meaning: do not use it). */

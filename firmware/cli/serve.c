@@ -33,6 +33,7 @@
 #include "hal.h"
 #include "needle_model.h"
 #include "needle_tokenizer.h"
+#include "needle_retrieval.h"
 #include "needle_tool_call.h"
 #include "serve.h"
 #include "tool_prompt.h"
@@ -629,6 +630,8 @@ static const char *const STOP[] = { "eos", "im_end", "max_new", "context" };
 
 /* ---- constrained turns: "query" (unless "raw") and "results" (docs/serve.md) ------------- */
 static needle_grammar grammar;      /* of the session's last constrained query */
+static needle_retrieval retrieval;  /* its tools, where retrieval picked five (needle_retrieval.h) */
+static char chosen_tools[NEEDLE_TOK_MAX_TEXT + 1];
 static int call_open;               /* the session's last answer was a call turn: "results" may follow */
 static needle_envelope envelope;
 static char results_text[NEEDLE_TOK_MAX_TEXT + 1];
@@ -654,6 +657,10 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
         }
         return;
     }
+    envelope.retrieved_count = retrieval.n_chosen;      /* a results turn keeps its query's tools */
+    envelope.retrieval_tokens = retrieval.tokens;
+    memcpy(envelope.retrieved, retrieval.chosen, sizeof envelope.retrieved);
+    retrieval.tokens = 0;                               /* embedded for the query's turn only */
     pending = (int32_t)turn_ids[n + envelope.generated_tokens - 1u];   /* <|im_end|>: chosen, fed next */
     call_open = 1;
     answer_start(w, r, 1);
@@ -760,6 +767,21 @@ static void handle(writer *w, size_t len)
             answer_error(w, &r, "\"date\" and \"system\" are too long together: at most %u bytes", NEEDLE_TOK_MAX_TEXT);
             return;
         }
+        /* more than five tools, an engine with the embedding head, a fresh session (embedding
+         * runs the engine from position 0): render the five the head picks (docs/serve.md) */
+        if (!r.raw) {
+            memset(&retrieval, 0, sizeof retrieval);
+            size_t chosen_len;
+            const char *list = needle_position() == 0 && pending < 0
+                ? needle_retrieve(tools, tools_len, r.query, chosen_tools, sizeof chosen_tools, &chosen_len,
+                                  &retrieval, err, sizeof err)
+                : tools;
+            if (!list) {
+                answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+                return;
+            }
+            if (list != tools) { tools = list; tools_len = chosen_len; }
+        }
         int n = needle_tool_prompt(tools, tools_len, r.query, system, r.plain_markers, prompt, sizeof prompt,
                                    plain, &n_plain, err, sizeof err);
         if (n < 0) {
@@ -767,7 +789,7 @@ static void handle(writer *w, size_t len)
             return;
         }
         if (!r.raw) call_open = 0;    /* the grammar is replaced: the last call cannot be answered now */
-        if (!r.raw && needle_grammar_compile(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
+        if (!r.raw && needle_call_grammar(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
             answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
             return;
         }

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from generator.errors import CactError
 from generator.paths import BOARDS_DIR, KERNELS_DIR
+from generator.tools import tables
 
 # key -> (type, required).  Bare-metal boards also need stack_bytes, max_text and
 # memory.regions (checked in load()).
@@ -52,6 +53,7 @@ TOP_KEYS = {
     "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
+    "grammar": (dict, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -309,6 +311,10 @@ def load(name: str) -> dict:
             bad("flash.probe = \"pyocd\" needs flash.pyocd_target")
         if fl["probe"] == "openocd" and not fl.get("openocd"):
             bad("flash.probe = \"openocd\" needs flash.openocd (config files)")
+    if "grammar" in data:                # the call grammar's table bounds (generator/tools/tables.py)
+        problem = tables.check_bounds(data["grammar"])
+        if problem:
+            bad(problem)
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
 

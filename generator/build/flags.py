@@ -8,6 +8,8 @@ family needs beyond them, and the bare-metal section/link rules.  Build-reportin
 
 from __future__ import annotations
 
+from generator.tools import tables
+
 WARNINGS = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
 NUMERICS = ["-O2", "-ffp-contract=off"]          # docs/numerics.md §1: no fused multiply-add
 
@@ -27,7 +29,8 @@ STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
 
 def compile_flags(board: dict, family: str) -> list[str]:
     """Flags that compile engine and firmware sources for `board` with kernel family `family`."""
-    flags = WARNINGS + NUMERICS + board["arch_flags"] + FAMILY_FLAGS.get(family, [])
+    # the call grammar's table bounds (board file [grammar]; docs/grammar.md, "Memory and cost")
+    flags = WARNINGS + NUMERICS + board["arch_flags"] + FAMILY_FLAGS.get(family, []) + tables.defines(board)
     if board["os"] == "none":
         flags += ["-ffunction-sections", "-fdata-sections"]   # --gc-sections drops the unused
     return flags

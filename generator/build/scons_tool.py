@@ -184,9 +184,13 @@ def _sdk_str(target, source, env):
 
 
 def _tools_action(target, source, env):
-    """gen/needle_tools.[ch]: the tool list of scons tools=FILE, validated and minified."""
+    """gen/needle_tools.[ch]: the tool list of scons tools=FILE (source[0]), validated and
+    minified; its grammar's tables compiled by source[1] (the grammar-tables host program
+    built with the board's bounds); with head_tokens=N and more than five tools, every
+    tool's embedding by the reference on the archive source[2]."""
     from generator import __version__
     from generator.codegen import render
+    from generator.tools import retrieval, tables
     from generator.tools.schema import compile_tools
 
     def write():
@@ -197,10 +201,14 @@ def _tools_action(target, source, env):
             raise CactError(f"cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
         from generator.tools import bindings
         g = compile_tools(text)
+        grammar = tables.compile_with(source[1].abspath, source[0].abspath, g.tools_json, _board(env))
+        # retrieval (more than five tools, the embedding head built): every tool embedded now
+        embeddings = retrieval.tool_embeddings(source[2].abspath, text, int(env.get("NEEDLE_HEAD_TOKENS") or 0))
         names = {"version": __version__, "source": source[0].path, "count": len(g.tool_names),
                  "names": g.tool_names, "json": g.tools_json,
                  "json_bytes": len(g.tools_json.encode("utf-8", "surrogatepass")),
-                 "tools": bindings.plan(g)}
+                 "tools": bindings.plan(g), "grammar": grammar, **tables.TEMPLATE_NAMES,
+                 "embeddings": [v.tolist() for v in embeddings] if embeddings else None}
         names.update({k: v for k, v in vars(bindings).items() if k.startswith("NB_")})
         for t in target:
             with open(t.abspath, "w", encoding="utf-8") as fh:
@@ -255,7 +263,7 @@ def generate(env):
         action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc", "NEEDLE_THREADS"]),
         emitter=_sdk_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleTools"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_tools_action, _tools_str))
+        action=SCons.Action.Action(_tools_action, _tools_str, varlist=["NEEDLE_BOARD", "NEEDLE_HEAD_TOKENS"]))
     env["BUILDERS"]["NeedlePrefix"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]))
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(

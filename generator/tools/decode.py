@@ -194,6 +194,7 @@ class Session:
         self.pos = 0
         self.fed = []                      # every token fed since reset (the heads' input)
         self.retrieved = None              # the tools rendered, when retrieval chose them (retrieval.py)
+        self.retrieval_tokens = 0          # and the tokens embedding them took (retrieval.py)
 
     def turn(self, prompt_ids: list, max_new: int) -> dict:
         """Feed prompt_ids at the next positions, decode one constrained turn."""
@@ -233,6 +234,8 @@ class Session:
         head, router = self.head_outputs()
         env = envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
         env["retrieved"] = self.retrieved
+        env["retrieval_tokens"] = self.retrieval_tokens if self.retrieved is not None else None
+        self.retrieval_tokens = 0          # a reply turn embeds nothing
         return env
 
     def head_outputs(self):
@@ -286,6 +289,7 @@ def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0, head=None, 
         "prompt_tokens": n_prompt,
         "prefix_tokens": n_prefix,
         "retrieved": None,
+        "retrieval_tokens": None,
         "generated_tokens": len(ids),
         "calls_json": call_text,
     }

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from generator.archive import reader
+from generator.archive.tokenizer import Tokenizer
 from generator.errors import CactError
 from generator.model import numerics as nm
+from generator.model.needle2 import Needle2
+from generator.model.needle3 import Needle3
 from generator.tools.prompt import minify_tools
 
 TOP = 5            # tools rendered when there are more (NEEDLE_RETRIEVE_TOP)
@@ -46,24 +50,60 @@ def split_elements(minified: str) -> list[str]:
     return out
 
 
-def embed(model, tok, text: str, head_tokens: int) -> np.ndarray:
-    """The code-1 head's unit vector of BOS + text (markers plain), as the engine computes it."""
+def _ids(tok, text: str, head_tokens: int) -> list:
     ids = [tok.bos_id] + tok.encode_segments([(text, False)])
     if len(ids) > head_tokens:
         raise CactError(f"{len(ids)} tokens is longer than the embedding head's {head_tokens} tokens "
                         "(rebuild with a larger head_tokens=N)")
+    return ids
+
+
+def embed(model, tok, text: str, head_tokens: int) -> np.ndarray:
+    """The code-1 head's unit vector of BOS + text (markers plain), as the engine computes it."""
+    ids = _ids(tok, text, head_tokens)
     name = next(hd.name for hd in model.a.heads if hd.code == 1)
     return np.asarray(model.heads(ids)[name], dtype=F32)
 
 
-def retrieve(model, tok, tools_text: str, query: str, head_tokens: int) -> tuple[str, list | None]:
-    """(the tools JSON to render, the chosen indices) for a constrained turn: the list itself
-    and None with at most TOP tools or without the embedding head in the engine
-    (head_tokens 0, or no code-1 head); else the TOP best as a minified array."""
+def retrieve(model, tok, tools_text: str, query: str, head_tokens: int,
+             tools_embedded: list | None = None) -> tuple[str, list | None, int]:
+    """(the tools JSON to render, the chosen indices, the tokens embedding took) for a
+    constrained turn: the list itself, None and 0 with at most TOP tools or without the
+    embedding head in the engine (head_tokens 0, or no code-1 head); else the TOP best as a
+    minified array.  tools_embedded: the tools' vectors computed at build time (a built-in
+    list, tool_embeddings): only the query is embedded."""
     elements = split_elements(minify_tools(tools_text))
     if len(elements) <= TOP or not head_tokens or not any(hd.code == 1 for hd in model.a.heads):
-        return tools_text, None
+        return tools_text, None, 0
     q = embed(model, tok, query, head_tokens)
-    scores = [F32(nm.seq_dot(embed(model, tok, e, head_tokens), q)) for e in elements]
+    tokens = len(_ids(tok, query, head_tokens))
+    if tools_embedded is None:
+        tools_embedded = [embed(model, tok, e, head_tokens) for e in elements]
+        tokens += sum(len(_ids(tok, e, head_tokens)) for e in elements)
+    scores = [F32(nm.seq_dot(v, q)) for v in tools_embedded]
     chosen = sorted(sorted(range(len(elements)), key=lambda i: (-scores[i], i))[:TOP])
-    return "[" + ",".join(elements[i] for i in chosen) + "]", chosen
+    return "[" + ",".join(elements[i] for i in chosen) + "]", chosen, tokens
+
+
+def tool_embeddings(archive_path: str, tools_text: str, head_tokens: int) -> list | None:
+    """Every tool's embedding, computed once at build time for a built-in list (scons
+    tools=FILE head_tokens=N): the a8 reference's code-1 head, bit-identical to what the
+    engine computes on the device, so a turn embeds only the query.  None where the engine
+    does not retrieve: at most TOP tools, head_tokens 0, or an archive without the head."""
+    elements = split_elements(minify_tools(tools_text))
+    if len(elements) <= TOP or not head_tokens:
+        return None
+    with open(archive_path, "rb") as fh:
+        a = reader.read(fh.read())
+    if not any(hd.code == 1 for hd in a.heads):
+        return None
+    model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    out = []
+    for i, e in enumerate(elements):
+        try:
+            out.append(embed(model, tok, e, head_tokens))
+        except CactError as exc:
+            raise CactError(f"tool {i + 1}: {exc}") from None
+    return out
+

@@ -179,10 +179,12 @@ class Grammar:
 class _Compiler:
     def __init__(self):
         self.nodes: list = []
+        self.tool = ""      # 'tool "NAME"' while a tool's schema is compiled
 
     def add(self, node: Node) -> int:
         if len(self.nodes) >= MAX_NODES:
-            raise CactError(f"the grammar needs more than {MAX_NODES} nodes (use fewer or simpler tools)")
+            raise CactError(f"{self.tool + ': ' if self.tool else ''}the grammar needs more than {MAX_NODES} "
+                            f"nodes (NEEDLE_GRAMMAR_MAX_NODES): use fewer or simpler tools")
         self.nodes.append(node)
         return len(self.nodes) - 1
 
@@ -396,6 +398,7 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
         if name is None or name.kind != "str" or not name.value:
             raise CactError(f"tool {i + 1}: needs a non-empty string \"name\"")
         where = f"tool {name.raw.decode()}"    # the name as written (quoted, escapes kept)
+        comp.tool = where
         if name.raw in call.alts:
             raise CactError(f"{where}: the name is used by an earlier tool (names must be unique)")
         call.alts.append(name.raw)
