@@ -81,34 +81,38 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
 
 
 _TWIN: dict = {}
+# the demo list, and a fixed list that walks what the demo does not: a pattern, a unique enum
+# array, const, a number with multipleOf, a tool without parameters (the property tests on
+# the host draw thousands; this subset runs on every board)
+CALLS = {"demo": (ROOT / "demo" / "tools.json", "set a timer for ten minutes"),
+         "pattern": (ROOT / "host_tests" / "data" / "tools_pattern.json", "alarm 06:30 mo tu")}
 
 
-def _twin_envelope(name: str) -> dict:
-    """The Python twin's envelope of the demo call (generator/tools/decode.py), once per archive."""
-    if name not in _TWIN:
+def _twin_envelope(name: str, tools: str) -> dict:
+    """The Python twin's envelope of a forced call (generator/tools/decode.py), once per archive."""
+    if (name, tools) not in _TWIN:
         from host_tests.test_tool_call import _reference, python_envelope
         model, tok = _reference(name)
-        _TWIN[name] = python_envelope(model, tok, (ROOT / "demo" / "tools.json").read_text(),
-                                      CALL_QUERY, 64, True)
-    return _TWIN[name]
+        path, query = CALLS[tools]
+        _TWIN[name, tools] = python_envelope(model, tok, path.read_text(), query, 64, True)
+    return _TWIN[name, tools]
 
 
-CALL_QUERY = "set a timer for ten minutes"
-
-
+@pytest.mark.parametrize("tools", sorted(CALLS))
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_board_constrained_call_equals_the_twin(built, board_name, name, tmp_path):
-    """The demo tool call, constrained, under the board's emulator: the envelope (timings and
+def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, tmp_path):
+    """A forced tool call, constrained, under the board's emulator: the envelope (timings and
     memory aside) is the Python twin's, token for token (docs/grammar.md)."""
     from host_tests.test_tool_call import ENVELOPE_KEYS
     import json
     board = boards.load(board_name)
-    proc = run_on(board, built[board_name, name], ["--tools", str(ROOT / "demo" / "tools.json"), "--query",
-                                                   CALL_QUERY, "--force-call", "--max-new", "64"], tmp_path, name)
+    path, query = CALLS[tools]
+    proc = run_on(board, built[board_name, name], ["--tools", str(path), "--query", query, "--force-call",
+                                                   "--max-new", "64"], tmp_path, name)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert {k: got[k] for k in ENVELOPE_KEYS} == _twin_envelope(name)
+    assert {k: got[k] for k in ENVELOPE_KEYS} == _twin_envelope(name, tools)
     assert got["type"] == "call" and got["function_calls"]
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
@@ -336,6 +338,37 @@ def test_turns_equal_the_python_twin(engines, tmp_path, name):
             assert got["generated_tokens"] <= max_new and got["text"].endswith("<|im_end|>")
             checked += 1
     assert checked >= 6
+
+
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_generated_tool_lists_turn_like_the_twin(engines, name, data):
+    """Hypothesis-drawn tool lists (unicode names, every leaf type and keyword, required and
+    optional keys, arrays of them) and queries: the C engine's envelope equals the twin's,
+    token for token, and every call validates against its schema (jsonschema)."""
+    from host_tests.test_grammar import SHORT_NAMES, SMALL_PARAMS
+    model, tok = _reference(name)
+    tools = data.draw(st.lists(st.fixed_dictionaries({"name": SHORT_NAMES, "parameters": SMALL_PARAMS}),
+                               min_size=1, max_size=3, unique_by=lambda t: t["name"]))
+    text = json.dumps(tools, ensure_ascii=False)
+    query = data.draw(st.sampled_from(["set a timer for ten minutes", "weather in Paris?", "天气", "lights"]))
+    force = data.draw(st.booleans())
+    max_new = data.draw(st.integers(24, 64))
+    args = [str(engines[name]), "--tools", "/dev/stdin", "--query", query, "--max-new", str(max_new)]
+    proc = subprocess.run(args + (["--force-call"] if force else []), input=text, capture_output=True, text=True)
+    try:
+        want = python_envelope(model, tok, text, query, max_new, force)
+    except CactError as exc:      # the prompt or the budget is too small for this list: refused alike
+        assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+        assert str(exc) in proc.stderr or "does not fit" in str(exc) or "shorter than" in str(exc)
+        event("refused")
+        return
+    event("compared")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert {k: got[k] for k in ENVELOPE_KEYS} == want, (text, query, force, max_new)
+    check_schema_valid(text, got["function_calls"], force)
 
 
 def test_raw_keeps_the_plain_greedy_text(engines):

@@ -60,7 +60,11 @@
 #include "bench.h"
 #include "serve.h"
 
+#if defined(__linux__)
 #define TOOLS_FILE_MAX (64u * 1024u)
+#else   /* bare metal: RAM is short; a list the grammar takes minified fits as the file */
+#define TOOLS_FILE_MAX NEEDLE_GRAMMAR_TEXT_MAX
+#endif
 #define PROMPT_MAX     NEEDLE_TOK_MAX_TEXT
 
 static uint32_t ids[NEEDLE_MAX_SEQ];

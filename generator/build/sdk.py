@@ -41,6 +41,9 @@ HEADERS = {"needle_model.h": "gen/needle_model.h", "needle_tokenizer.h": "gen/ne
 TOOLS_HEADERS = {"needle_tools.h": "gen/needle_tools.h"}
 BOARD_HEADERS = {"needle_hal.h": "hal/hal.h"}
 # what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
+# hand-written sources that run for every token (the grammar's matcher, the constrained
+# turn): compiled for speed even where the rest of the glue is compiled for size
+PER_TOKEN_GLUE = ("cli/needle_tool_grammar.c", "cli/needle_tool_call.c")
 LIBRARY_SOURCES = ["cli/tool_prompt.c", "cli/needle_tool_grammar.c", "cli/needle_tool_call.c",
                    "cli/needle_bindings.c", "cli/needle_retrieval.c"]
 # the command line's own sources (firmware/cli/main.c and what it calls on every board)

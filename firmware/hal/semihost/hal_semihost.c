@@ -69,7 +69,7 @@ int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
     uint32_t close_args[1] = { (uint32_t)h };
     if (size < 0 || (size_t)size > cap) {
         (void)semihost(SYS_CLOSE, close_args);
-        reason = size < 0 ? "cannot size the file" : "file too large";
+        reason = size < 0 ? "cannot size the file" : "file too large for this board's buffer (minify it)";
         return -1;
     }
     uint32_t read_args[3] = { (uint32_t)h, (uint32_t)(uintptr_t)buf, (uint32_t)size };
