@@ -108,7 +108,8 @@ def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path):
     sdk_dir = build / sdk.SDK_DIR
     files = sorted(p.relative_to(sdk_dir).as_posix() for p in sdk_dir.rglob("*") if p.is_file())
     assert files == ["include/needle.h", "include/needle_bindings.h", "include/needle_hal.h", "include/needle_model.h",
-                     "include/needle_retrieval.h", "include/needle_tokenizer.h", "include/needle_tool_call.h",
+                     "include/needle_retrieval.h", "include/needle_session.h", "include/needle_tokenizer.h",
+                     "include/needle_tool_call.h",
                      "include/needle_tool_grammar.h", "include/needle_tool_prompt.h",
                      "lib/cmake/needle/needle-config-version.cmake", "lib/cmake/needle/needle-config.cmake",
                      "lib/libneedle.a", "lib/libneedle_board.a", "lib/pkgconfig/needle-board.pc",
@@ -122,7 +123,7 @@ def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path):
                              text=True, check=True).stdout.split()
     assert members == ["needle_model.o", "needle_kernels.o", "needle_tokenizer.o", "needle_archive.o", "tool_prompt.o",
                        "needle_tool_grammar.o", "needle_tool_call.o", "needle_bindings.o",
-                       "needle_retrieval.o"]
+                       "needle_retrieval.o", "needle_session.o"]
 
     moved = tmp_path / "elsewhere" / "sdk"
     shutil.copytree(sdk_dir, moved)

@@ -30,8 +30,9 @@
  *   archive placement is `file` (NEEDLE_ARCHIVE_FILE in needle_model.h), where it is required;
  *   refused by engines that link their archive in.
  *
- * --prompt, --query and --serve share one generation core (needle_generate, declared in
- * serve.h): prefill, then greedy choice until EOS, the token limit or a full context.
+ * --prompt, --raw and --serve share one generation core (needle_generate_ids,
+ * needle_session.h): prefill, then greedy choice until EOS, the token limit or a full
+ * context; a constrained --query is the library's needle_call/needle_reply (docs/api.md).
  *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
  * 3 when the archive (linked in, or the --archive file) is not the one the engine was
@@ -52,8 +53,8 @@
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "tool_prompt.h"
+#include "needle_session.h"
 #include "needle_tool_call.h"
-#include "needle_retrieval.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in tool list */
 #endif
@@ -71,11 +72,6 @@ static uint32_t ids[NEEDLE_MAX_SEQ];
 static int print_ids;   /* --ids: print generated token ids instead of text */
 static char tools_json[TOOLS_FILE_MAX + 1];
 static char prompt[PROMPT_MAX + 1];
-static needle_grammar grammar;
-static needle_retrieval retrieval;   /* the tools a constrained turn renders (needle_retrieval.h) */
-#if NEEDLE_CAN_RETRIEVE
-static char chosen_tools[PROMPT_MAX + 1];
-#endif
 
 static int fail_stdout(void)
 {
@@ -103,12 +99,6 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
     return 0;
 }
 
-static uint32_t argmax(const float *v, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++) if (v[i] > v[best]) best = i;
-    return best;
-}
 
 static void print_info(void)
 {
@@ -197,7 +187,7 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
                 return discard(out, logits_path, 1);
             }
         } else {
-            hal_printf("%s%u", t ? "," : "", (unsigned)argmax(lg, NEEDLE_OUT_VOCAB));
+            hal_printf("%s%u", t ? "," : "", (unsigned)needle_argmax(lg, NEEDLE_OUT_VOCAB));
             if (hal_out_status()) return fail_stdout();
         }
     }
@@ -208,64 +198,6 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     if (!out) hal_out("\n", 1);
     if (hal_out_status()) return fail_stdout();   /* before the heads file is created */
     return heads_path ? write_heads(heads_path) : 0;
-}
-
-int needle_generate(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new, int32_t stop_id,
-                    const needle_gen_hooks *hooks, needle_gen_result *res)
-{
-    const float *lg = NULL;
-    res->generated = 0;
-    res->last = 0;
-    res->stop = NEEDLE_STOP_MAX_NEW;
-    int32_t cached = needle_prefix_restore(prompt_ids, n);   /* the built-in tools' prefix, from flash */
-    if (cached < 0) return -1;
-    for (uint32_t t = (uint32_t)cached; t < n; t++)
-        if (!(lg = needle_step(prompt_ids[t]))) return -1;
-    if (hooks->prefilled) hooks->prefilled(hooks->ctx);
-    /* The last chosen token is never fed, so the positions run up to NEEDLE_MAX_SEQ - 1 and
-     * the context has room for NEEDLE_MAX_SEQ - position tokens. */
-    uint32_t room = NEEDLE_MAX_SEQ - needle_position(), limit = max_new < room ? max_new : room;
-    for (;;) {
-        uint32_t next = argmax(lg, NEEDLE_OUT_VOCAB);
-        res->last = next;
-        if (next == NEEDLE_EOS_ID) { res->stop = NEEDLE_STOP_EOS; return 0; }
-        if (stop_id >= 0 && next == (uint32_t)stop_id) { res->stop = NEEDLE_STOP_MARKER; return 0; }
-        res->generated++;
-        int rc = hooks->token(hooks->ctx, next);
-        if (rc) return rc;
-        if (res->generated >= limit) {
-            res->stop = limit < max_new ? NEEDLE_STOP_CONTEXT : NEEDLE_STOP_MAX_NEW;
-            return 0;
-        }
-        if (!(lg = needle_step(next))) return -1;
-    }
-}
-
-int needle_date_now(char *out, size_t cap)
-{
-#if defined(__linux__)
-    time_t now = time(NULL);
-    const struct tm *t = now == (time_t)-1 ? NULL : localtime(&now);
-    if (t && strftime(out, cap, "%Y-%m-%d %a %H:%M", t)) return 0;
-#else
-    (void)out; (void)cap;
-#endif
-    return -1;
-}
-
-int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
-                       int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
-                       char *err, size_t errcap)
-{
-    needle_prompt_untrusted untrusted;
-    int n = needle_render_prompt_ex(tools_json, tools_len, query, system, out, cap, err, errcap, &untrusted);
-    /* plain markers: the caller's parts (system, tools JSON, query) have markers off */
-    *n_plain = 0;
-    for (; n >= 0 && plain_markers && *n_plain < untrusted.n; ++*n_plain) {
-        plain[*n_plain].start = untrusted.span[*n_plain].start;
-        plain[*n_plain].len = untrusted.span[*n_plain].len;
-    }
-    return n;
 }
 
 /* The CLI's token hook: stream each chosen token as text (or as its id with --ids). */
@@ -297,7 +229,7 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
                               "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
     uint32_t total = (uint32_t)n + 1, room = NEEDLE_MAX_SEQ - total;
     /* An explicit --max-new the context cannot hold is refused up front; the default (96) is
-     * a ceiling and shrinks to what fits (needle_generate). */
+     * a ceiling and shrinks to what fits (needle_generate_ids). */
     if (max_new > room && max_new_given)
         return hal_fail(2, "--max-new %u does not fit: the prompt takes %u of max_seq_len %u tokens "
                        "(BOS included), so use --max-new %u or less, or a shorter prompt",
@@ -307,7 +239,7 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
     s.made = 0;
     needle_gen_hooks hooks = { NULL, cli_token, &s };
     needle_gen_result res;
-    int rc = needle_generate(ids, total, max_new, -1, &hooks, &res);
+    int rc = needle_generate_ids(ids, total, max_new, -1, &hooks, &res);
     if (rc < 0) return hal_fail(2, "%s", needle_error());
     if (rc) return rc;
     if (!print_ids) hal_out(s.out, needle_tok_stream_finish(&s.stream, s.out));
@@ -317,37 +249,21 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
 
 static void out_put(void *user, const char *s, size_t n) { (void)user; hal_out(s, n); }
 
-/* One constrained turn (needle_tool_call.h): the prompt encoded, the call decoded, the envelope printed. */
-static int call_turn(const char *text, size_t len, const needle_tok_span *plain, size_t n_plain,
-                     uint32_t max_new, const char *reply)
+/* One constrained turn (needle_call, needle_session.h) and its envelope; with --reply, the
+ * next turn of the same conversation (needle_reply). */
+static int call_turn(const char *tools_name, const needle_call_options *opt, const char *query, const char *reply)
 {
     char err[256];
-    ids[0] = NEEDLE_BOS_ID;
-    int32_t n = needle_tok_encode_spans(text, len, ids + 1, NEEDLE_MAX_SEQ - 2, plain, n_plain);
-    if (n == NEEDLE_TOK_E_UTF8) return hal_fail(2, "prompt is not valid UTF-8");
-    if (n < 0) return hal_fail(2, "prompt too long: it must encode to at most %u tokens (max_seq_len %u "
-                              "minus BOS and one new token)", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ);
     static needle_envelope env;
-    if (needle_call_turn(&grammar, ids, (uint32_t)n + 1u, max_new, NULL, NULL, &env, err, sizeof err))
-        return hal_fail(2, "%s", err);
-    env.retrieved_count = retrieval.n_chosen;
-    env.retrieval_tokens = retrieval.tokens;
-    memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
-    needle_envelope_write(&env, ids, out_put, NULL);
+    int rc = needle_call(query, opt, &env, err, sizeof err);
+    if (rc == NEEDLE_CALL_E_TOOLS) return hal_fail(2, "%s: %s", tools_name, err);
+    if (rc) return hal_fail(2, "%s", err);
+    needle_call_write(&env, out_put, NULL);
     hal_out("\n", 1);
     if (hal_out_status()) return fail_stdout();
     if (!reply) return 0;
-    /* the next turn continues the same conversation: its ids overwrite the <|im_end|> the
-     * first turn chose (the continuation feeds it first) */
-    uint32_t at = env.prompt_tokens + env.generated_tokens - 1u;
-    int32_t k = needle_call_reply_ids(reply, ids + at, NEEDLE_MAX_SEQ - at, err, sizeof err);
-    if (k < 0) return hal_fail(2, "--reply: %s", err);
-    if (needle_call_turn(&grammar, ids + at, (uint32_t)k, max_new, NULL, NULL, &env, err, sizeof err))
-        return hal_fail(2, "--reply: %s", err);
-    env.retrieved_count = retrieval.n_chosen;      /* the session keeps its tools */
-    env.retrieval_tokens = 0;                      /* embedded for the first turn only */
-    memcpy(env.retrieved, retrieval.chosen, sizeof env.retrieved);
-    needle_envelope_write(&env, ids + at, out_put, NULL);
+    if (needle_reply(reply, &env, err, sizeof err)) return hal_fail(2, "--reply: %s", err);
+    needle_call_write(&env, out_put, NULL);
     hal_out("\n", 1);
     return hal_out_status() ? fail_stdout() : 0;
 }
@@ -555,32 +471,22 @@ static int cli(int argc, char **argv)
 #ifdef NEEDLE_TOOLS_BUILTIN
     if (snapshot) return snapshot_save(snapshot);
 #endif
+    if (query && !raw && !print_ids) {   /* a constrained call (retrieval, grammar, envelope) */
+        const needle_call_options opt = { tools_json, tools_len, system, NULL, max_new, force_call, plain_markers };
+        return call_turn(tools, &opt, query, reply);
+    }
     if (tools || query) {
         char err[256];
         needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
         size_t n_plain = 0;
-#if NEEDLE_CAN_RETRIEVE
-        /* more than five tools: a constrained turn renders the five the embedding head picks */
-        if (!serving && !raw && !print_ids) {
-            size_t chosen_len;
-            const char *list = needle_retrieve(tools_json, tools_len, query, chosen_tools, sizeof chosen_tools,
-                                               &chosen_len, &retrieval, err, sizeof err);
-            if (!list) return hal_fail(2, "%s: %s", tools, err);
-            if (list != tools_json) { memcpy(tools_json, list, chosen_len + 1u); tools_len = chosen_len; }
-        }
-#endif
         /* The service checks its tools file once, with an empty query, before it starts. */
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
         if (n < 0) return hal_fail(2, "%s: %s", tools, err);
-        if (serving && needle_call_grammar(&grammar, tools_json, tools_len, 0, err, sizeof err))
+        static needle_grammar checked;
+        if (serving && needle_call_grammar(&checked, tools_json, tools_len, 0, err, sizeof err))
             return hal_fail(2, "%s: %s", tools, err);    /* the service's calls are constrained by it */
-        if (!serving && (raw || print_ids)) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);
-        if (!serving) {
-            if (needle_call_grammar(&grammar, tools_json, tools_len, force_call, err, sizeof err))
-                return hal_fail(2, "%s: %s", tools, err);
-            return call_turn(prompt, (size_t)n, plain, n_plain, max_new, reply);
-        }
+        if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);   /* --raw, --ids */
     }
     if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);
     return generate(text, strlen(text), NULL, 0, max_new, max_new_given);

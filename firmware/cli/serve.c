@@ -10,8 +10,8 @@
  * session: the engine's KV cache holds everything fed so far, and a request's prompt is
  * appended after it until {"reset": true}.  docs/serve.md is the protocol.
  *
- * Generation is needle_generate() of main.c, the CLI's own, so a request on a fresh session
- * chooses the tokens `needle --prompt` / `--tools --query` chooses; the service also stops at
+ * Generation is needle_generate_ids() (needle_session.c), the CLI's own, so a request on a
+ * fresh session chooses the tokens `needle --prompt` / `--tools --query` chooses; the service also stops at
  * <|im_end|> when the archive's tokenizer has that marker (the end of an assistant turn).
  *
  * No heap: every buffer is static.  A malformed request (invalid JSON or UTF-8, an unknown
@@ -830,7 +830,7 @@ static void handle(writer *w, size_t len)
     needle_gen_result res;
     double t0 = now_ms();
     c.prefilled_ms = t0;
-    int rc = needle_generate(ids, fed, r.has_max_new ? r.max_new : start_max_new, im_end_id, &hooks, &res);
+    int rc = needle_generate_ids(ids, fed, r.has_max_new ? r.max_new : start_max_new, im_end_id, &hooks, &res);
     double t1 = now_ms();
     if (rc) {
         needle_reset();

@@ -36,16 +36,16 @@ SDK_DIR = "sdk"
 HEADERS = {"needle_model.h": "gen/needle_model.h", "needle_tokenizer.h": "gen/needle_tokenizer.h",
            "needle_tool_prompt.h": "cli/tool_prompt.h", "needle_tool_grammar.h": "cli/needle_tool_grammar.h",
            "needle_tool_call.h": "cli/needle_tool_call.h", "needle_bindings.h": "cli/needle_bindings.h",
-           "needle_retrieval.h": "cli/needle_retrieval.h"}
+           "needle_retrieval.h": "cli/needle_retrieval.h", "needle_session.h": "cli/needle_session.h"}
 # with a built-in tool list (scons tools=FILE): its typed bindings
 TOOLS_HEADERS = {"needle_tools.h": "gen/needle_tools.h"}
 BOARD_HEADERS = {"needle_hal.h": "hal/hal.h"}
-# what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
 # hand-written sources that run for every token (the grammar's matcher, the constrained
 # turn): compiled for speed even where the rest of the glue is compiled for size
 PER_TOKEN_GLUE = ("cli/needle_tool_grammar.c", "cli/needle_tool_call.c")
+# what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
 LIBRARY_SOURCES = ["cli/tool_prompt.c", "cli/needle_tool_grammar.c", "cli/needle_tool_call.c",
-                   "cli/needle_bindings.c", "cli/needle_retrieval.c"]
+                   "cli/needle_bindings.c", "cli/needle_retrieval.c", "cli/needle_session.c"]
 # the command line's own sources (firmware/cli/main.c and what it calls on every board)
 CLI_SOURCES = ["cli/entry.c", "cli/main.c"] + LIBRARY_SOURCES
 # templates/sdk/<name>.j2 -> path in the SDK
