@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -226,9 +227,10 @@ def unit_gen(tmp_path_factory):
     return root, archive
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "scalar"])
 def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path):
-    board_name = NATIVE_BOARD[family]
+    """scalar: its per-shape nk_gemv_a8 instances against the generic nk_gemv_a8_scalar."""
+    board_name = NATIVE_BOARD.get(family, "host")
     why = unavailable(family, board_name)
     if why:
         pytest.skip(why)
@@ -248,6 +250,20 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     out = run_on(board, exe, [], tmp_path)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"kernels": family, "trials": 6000, "mismatches": 0}, out.stdout
+
+
+def test_per_shape_instances_follow_the_archive(tmp_path):
+    """Issue 13 item 5: one nk_gemv_a8 instance per distinct (width, groups) of the archive's
+    A8 products in the scalar family, the one-group ones only in x86 (where they pay)."""
+    archive = GOLDEN / "tiny-wrap-kv4" / "archive.cact"
+    host = boards.load("host")
+    want = {"scalar": {"2b_1g", "3b_1g", "4b_1g", "4b_2g", "5b_1g"}, "x86": {"2b_1g", "4b_1g", "5b_1g"}}
+    for family, suffixes in want.items():
+        gen = tmp_path / family
+        ctx = boards.generate_engine(host, str(archive), str(gen), incbin_path=str(archive), kernels=family)
+        assert {s.suffix for s in ctx.a8_shapes} == want["scalar"]
+        src = (gen / "needle_kernels.c").read_text()
+        assert set(re.findall(r"^static void nk_gemv_a8_(\w+)\(", src, re.M)) == suffixes
 
 
 # ---- the instruction-count benchmark ----------------------------------------------------

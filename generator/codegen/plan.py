@@ -100,6 +100,23 @@ class CqMatrix:
 
 
 @dataclass(frozen=True)
+class A8Shape:
+    """One distinct shape of the archive's A8 products: the kernels get an instance with the
+    width, the group count and the row stride as constants (issue 13 item 5)."""
+
+    bits: int               # width code: 1..4, 5 = ternary
+    kind: str               # codebook name, "cq2", "ternary", ...
+    groups: int             # 128-groups per row
+    row_bytes: int          # packed bytes per row (groups * group bytes)
+    matrices: int           # how many of the archive's A8 products have this shape
+
+    @property
+    def suffix(self) -> str:
+        """The C name suffix of its kernel instance, e.g. "2b_4g"."""
+        return f"{self.bits}b_{self.groups}g"
+
+
+@dataclass(frozen=True)
 class VectorRef:
     """An FP16/FP32 tensor inside the linked archive, read in place."""
 
@@ -298,6 +315,8 @@ class EnginePlan:
     cond_rank: int = 0
     hada_perm1: VectorRef | None = None
     hada_perm2: VectorRef | None = None
+    # the distinct shapes of the A8 products (per-shape kernel instances)
+    a8_shapes: tuple[A8Shape, ...] = ()
 
     # ---- derived sizes ----
     @property
@@ -414,6 +433,18 @@ def cq_matrix(a: Archive, role: str) -> CqMatrix:
                     norms_offset=rec.offset + rows * row_bytes, bits=rec.bits, kind=_kind(rec.bits),
                     rows=rows, cols=cols, padded_cols=padded, groups_per_row=groups,
                     row_bytes=row_bytes, nbytes=rec.nbytes)
+
+
+def a8_shapes(products: list[CqMatrix]) -> tuple[A8Shape, ...]:
+    """The distinct (width, groups, row bytes) of the matrices the A8 GEMV multiplies (the
+    tied head included), most frequent first: a handful per model.  The kernel families
+    emit an instance for those of them that pay (templates/kernels/scalar.c.j2, x86.c.j2)."""
+    count: dict[tuple[int, int, int], int] = {}
+    for m in products:
+        key = (m.bits, m.groups_per_row, m.row_bytes)
+        count[key] = count.get(key, 0) + 1
+    return tuple(A8Shape(bits=b, kind=_kind(b), groups=g, row_bytes=rb, matrices=n)
+                 for (b, g, rb), n in sorted(count.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def vector_ref(a: Archive, role: str) -> VectorRef:
@@ -606,5 +637,6 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         macs_per_token=geometry.macs_per_token(a),
         head_plans=_head_plans(a, opts.head_tokens),
         head_tokens=opts.head_tokens if opts.head_tokens and a.heads else 0,
+        a8_shapes=a8_shapes([embedding, *gemv]),
         **monarch,
     )
