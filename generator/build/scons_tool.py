@@ -44,7 +44,9 @@ SIGNATURE_SOURCES = ("#generator/__init__.py", "#generator/paths.py", "#generato
                      "#generator/archive/roles.py", "#generator/archive/tokenizer.py",
                      "#generator/model/numerics.py", "#generator/model/geometry.py",
                      "#generator/codegen/*.py", "#generator/build/__init__.py",
-                     "#generator/build/boards.py", "#templates/*.j2", "#templates/kernels/*.j2")
+                     "#generator/build/boards.py", "#generator/tools/__init__.py",
+                     "#generator/tools/tables.py",      # boards.py checks [grammar] with it
+                     "#templates/*.j2", "#templates/kernels/*.j2")
 
 
 def _generator_sources(env):
