@@ -41,7 +41,7 @@ def sources(name, gen):
         return [FUZZ / "prompt.c", CLI / "tool_prompt.c"], [CLI]
     if name == "cli":
         return ([FUZZ / "cli.c", CLI / "main.c", CLI / "tool_prompt.c", CLI / "needle_tool_grammar.c",
-                 CLI / "needle_tool_call.c", HAL / "format.c",
+                 CLI / "needle_tool_call.c", CLI / "needle_retrieval.c", CLI / "needle_session.c", HAL / "format.c",
                  gen / "needle_model.c", gen / "needle_kernels.c", gen / "needle_tokenizer.c",
                  gen / "needle_archive.S"], [gen, CLI, HAL])
     raise ValueError(name)
@@ -173,7 +173,8 @@ def build_soak(out, cc="clang"):
     cmd = [cc, *cflags, "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
            "-o", str(exe), str(FUZZ / "soak.c"), str(CLI / "main.c"), str(CLI / "tool_prompt.c"),
-           str(CLI / "needle_tool_grammar.c"), str(CLI / "needle_tool_call.c"),
+           str(CLI / "needle_tool_grammar.c"), str(CLI / "needle_tool_call.c"), str(CLI / "needle_retrieval.c"),
+           str(CLI / "needle_session.c"),
            str(HAL / "format.c"), str(HAL / "linux" / "stdio_file.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
            str(gen / "needle_tokenizer.c"), str(gen / "needle_archive.S"), "-lm"]
     p = subprocess.run(cmd, capture_output=True, text=True)
