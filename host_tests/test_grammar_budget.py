@@ -93,3 +93,44 @@ def test_a_list_within_raised_bounds_builds_and_calls(board_dir, tmp_path):
     default = json.loads(subprocess.run([str(tmp_path / "b" / "needle"), "--tools", str(DEMO_TOOLS)] + args,
                                         capture_output=True, text=True, check=True).stdout)
     assert small["function_calls"] == default["function_calls"] and small["text"] == default["text"]
+
+
+def watch_copy(board_dir: Path, name: str, grammar: str) -> None:
+    text = (board_dir / "watch-m4.toml").read_text().replace('name = "watch-m4"', f'name = "{name}"')
+    (board_dir / f"{name}.toml").write_text(text + "\n[grammar]\n" + grammar + "\n")
+
+
+def test_runtime_false_keeps_only_the_built_in_list(board_dir, tmp_path):
+    """[grammar] runtime = false on a watch: the compiler and its store leave the image (the
+    linker drops them), the built-in call is the twin's, --tools is refused in one line, and a
+    build without tools=FILE is refused before anything builds."""
+    from elftools.elf.elffile import ELFFile
+    from host_tests.test_library import run_on
+    from host_tests.test_tool_call import ENVELOPE_KEYS, _reference, python_envelope
+    board = boards.load("watch-m4")
+    if boards.missing_tools(board, run=True):
+        pytest.skip(boards.missing_tools(board, run=True))
+    watch_copy(board_dir, "watch-flash-grammar", "runtime = false")
+    assert boards.load("watch-flash-grammar")["grammar"] == {"runtime": False}
+    bare = scons_with_boards(board_dir, tmp_path, "board=watch-flash-grammar", f"archive={ARCHIVE}",
+                             f"build={tmp_path / 'none'}")
+    errors = [line for line in bare.stderr.splitlines() if line.startswith("scons: error:")]
+    assert bare.returncode != 0 and len(errors) == 1 and "pass tools=FILE" in errors[0], bare.stderr
+    build = tmp_path / "b"
+    proc = scons_with_boards(board_dir, tmp_path, "board=watch-flash-grammar", f"archive={ARCHIVE}", f"build={build}",
+                             f"tools={DEMO_TOOLS}")
+    assert proc.returncode == 0, proc.stderr
+    with open(build / "needle.elf", "rb") as fh:
+        names = {s.name for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols()}
+    assert "needle_grammar_compile" not in names and "store" not in names and "tools_file" not in names
+    assert "needle_call_grammar" in names
+    query = "set a timer for ten minutes"
+    got = run_on(board, build / "needle.elf", ["--query", query, "--force-call", "--max-new", "64"], None, tmp_path)
+    assert got.returncode == 0, got.stderr
+    model, tok = _reference("tiny")
+    env = json.loads(got.stdout.decode())
+    want = python_envelope(model, tok, DEMO_TOOLS.read_text(), query, 64, True)
+    keys = [k for k in ENVELOPE_KEYS if k != "prefix_tokens"]    # the watch starts from its snapshot
+    assert {k: env[k] for k in keys} == {k: want[k] for k in keys} and env["prefix_tokens"] > 0
+    refused = run_on(board, build / "needle.elf", ["--tools", str(DEMO_TOOLS), "--query", query], None, tmp_path)
+    assert refused.returncode == 2 and b"runtime = false" in refused.stderr and refused.stdout == b""

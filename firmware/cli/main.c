@@ -70,7 +70,9 @@
 
 static uint32_t ids[NEEDLE_MAX_SEQ];
 static int print_ids;   /* --ids: print generated token ids instead of text */
-static char tools_json[TOOLS_FILE_MAX + 1];
+#if NEEDLE_GRAMMAR_RUNTIME
+static char tools_file[TOOLS_FILE_MAX + 1];   /* --tools FILE */
+#endif
 static char prompt[PROMPT_MAX + 1];
 
 static int fail_stdout(void)
@@ -447,14 +449,21 @@ static int cli(int argc, char **argv)
     if (serving) return serve(socket_path, NULL, 0, max_new);   /* refused before anything runs */
 #endif
 
+    const char *tools_json = NULL;
     size_t tools_len = 0;
-    if (tools && hal_read_file(tools, tools_json, TOOLS_FILE_MAX, &tools_len))
+#if NEEDLE_GRAMMAR_RUNTIME
+    if (tools && hal_read_file(tools, tools_file, TOOLS_FILE_MAX, &tools_len))
         return hal_fail(2, "cannot read %s: %s", tools, hal_reason());
+    if (tools) tools_json = tools_file;
+#else
+    if (tools) return hal_fail(2, "--tools: this firmware calls only its built-in tools (its board file sets "
+                               "[grammar] runtime = false): drop --tools");
+#endif
 #ifdef NEEDLE_TOOLS_BUILTIN
     if ((query || serving) && !tools) {    /* the built-in list (validated when the firmware was built) */
         tools = "built-in tools";
+        tools_json = needle_tools_json;
         tools_len = NEEDLE_TOOLS_JSON_BYTES;
-        memcpy(tools_json, needle_tools_json, tools_len);
     }
 #endif
 #ifdef NEEDLE_ARCHIVE_FILE

@@ -198,7 +198,19 @@ int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, i
         return 0;
     }
 #endif
+#if NEEDLE_GRAMMAR_RUNTIME
     return needle_grammar_compile(g, tools_json, len, force_call, err, errcap);
+#else
+    (void)g; (void)tools_json; (void)len; (void)force_call;
+    if (errcap) {
+        static const char msg[] = "this firmware calls only its built-in tools (its board file sets [grammar] "
+                                  "runtime = false)";
+        size_t n = sizeof msg - 1u < errcap - 1u ? sizeof msg - 1u : errcap - 1u;
+        memcpy(err, msg, n);
+        err[n] = 0;
+    }
+    return -1;
+#endif
 }
 
 int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,

@@ -1218,7 +1218,15 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
 
 uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].min_bytes; }
 
-size_t needle_grammar_ram_bytes(const needle_grammar *g) { return g->text == store.text ? sizeof store : 0u; }
+size_t needle_grammar_ram_bytes(const needle_grammar *g)
+{
+#if NEEDLE_GRAMMAR_RUNTIME
+    return g->text == store.text ? sizeof store : 0u;
+#else
+    (void)g;
+    return 0u;      /* the built-in tables only: the store is not linked */
+#endif
+}
 
 /* ================================================================ the matcher (grammar.py) */
 

@@ -33,6 +33,12 @@
 #ifndef NEEDLE_GRAMMAR_MAX_RANGES
 #define NEEDLE_GRAMMAR_MAX_RANGES 1024u          /* character ranges of the pattern items */
 #endif
+/* 0 (board file [grammar] runtime = false): the firmware takes only its built-in list, whose
+ * tables are in flash; nothing calls needle_grammar_compile, so the linker drops it and its
+ * store (bare metal: --gc-sections). */
+#ifndef NEEDLE_GRAMMAR_RUNTIME
+#define NEEDLE_GRAMMAR_RUNTIME 1
+#endif
 #define NEEDLE_GRAMMAR_MAX_TOOLS    32u   /* tools in one list (a candidate mask) */
 #define NEEDLE_GRAMMAR_MAX_PROPS    32u   /* properties of one object (seen/required masks) */
 #define NEEDLE_GRAMMAR_MAX_ALTS     64u   /* values of one enum (a candidate mask) */

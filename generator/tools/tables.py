@@ -46,16 +46,28 @@ TEMPLATE_NAMES = {
     "int64": _int64,
 }
 
+def runtime(board: dict) -> bool:
+    """Whether the board's firmware compiles tool lists at run time ([grammar] runtime, default
+    true); false: only the built-in list, and no compiler or store in RAM."""
+    return board.get("grammar", {}).get("runtime", True)
+
+
 def defines(board: dict) -> list[str]:
-    """-D flags of the board's grammar bounds (none for the defaults)."""
-    return [f"-D{BOUNDS[key][0]}={value}u" for key, value in sorted(board.get("grammar", {}).items())]
+    """-D flags of the board's grammar bounds (none for the defaults) and of runtime = false."""
+    table = board.get("grammar", {})
+    return ([f"-D{BOUNDS[key][0]}={value}u" for key, value in sorted(table.items()) if key in BOUNDS]
+            + ([] if runtime(board) else ["-DNEEDLE_GRAMMAR_RUNTIME=0"]))
 
 
 def check_bounds(grammar: dict) -> str | None:
     """What is wrong with a board file's [grammar] table, or None."""
     for key, value in grammar.items():
+        if key == "runtime":
+            if not isinstance(value, bool):
+                return "grammar.runtime must be true or false (false: only the built-in tools, tools=FILE)"
+            continue
         if key not in BOUNDS:
-            return f"unknown key grammar.{key} (grammar keys: {', '.join(BOUNDS)})"
+            return f"unknown key grammar.{key} (grammar keys: {', '.join(BOUNDS)}, runtime)"
         if not isinstance(value, int) or isinstance(value, bool) or not MINIMUM[key] <= value <= 1 << 20:
             return f"grammar.{key} must be an integer from {MINIMUM[key]} to {1 << 20} ({BOUNDS[key][2]})"
     return None
