@@ -1,0 +1,213 @@
+"""Train a tiny Needle 2 on the synthetic tool-calling task and export it as a .cact archive.
+
+    python -m train.train --recipe train/recipes/needle2-demo.json -o demo/needle2-demo.cact
+
+Everything that decides the result is in the recipe (geometry, seeds, data, schedule), so the
+same recipe on the same kind of machine gives the same archive.  Training sequences are
+`[BOS] + prompt + target + [EOS]` with the loss on the target and EOS only (docs/spec/
+prompt-and-tokenizer.md §4.3).  Progress is one line per `log_every` steps: the loss, and the
+held-out sequence accuracy under teacher forcing, which is exactly the share of held-out
+examples whose unconstrained greedy answer equals the target token for token (every
+position's arg-max equals the next target token iff greedy decoding reproduces the target).
+
+The optional last phase is quantisation-aware: the forward pass sees every matrix through the
+CQ round trip of the format (straight-through gradient), so the exported 4-bit archive keeps
+the float model's accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from generator.archive.format import CQ
+from generator.archive import roles as R
+from generator.commands.synth import _n2
+from train import export as X
+from train import model as M
+from train import quant_jax as QJ
+from train import task
+
+
+def header(geo: dict) -> dict:
+    """A Needle 2 header from the recipe's geometry (the synthesiser's header builder)."""
+    return _n2(geo["vocab"], geo["d_model"], geo["num_heads"], geo["num_kv_heads"], geo["head_dim"],
+               geo["num_layers"], geo["max_seq_len"], geo["mhc_lanes"], geo["engram_slots"],
+               geo["engram_sub_dim"], geo["num_engram_tables"], tuple(geo["engram_orders"]),
+               tuple(geo["engram_sites"]), geo["kv_window"])
+
+
+# ---- data --------------------------------------------------------------------------
+
+class Batches:
+    """Encoded examples packed into fixed-shape arrays (one jit shape for the whole run)."""
+
+    def __init__(self, examples: list, tok, seq_len: int, ans_len: int):
+        self.seq_len, self.ans_len = seq_len, ans_len
+        n = len(examples)
+        self.tokens = np.zeros((n, seq_len), np.int32)
+        self.where = np.zeros((n, ans_len), np.int32)    # positions whose logits predict the target
+        self.mask = np.zeros((n, ans_len), np.float32)
+        for i, ex in enumerate(examples):
+            prompt, target = task.encode(ex, tok)
+            seq = prompt + target
+            if len(seq) > seq_len or len(target) > ans_len:
+                raise SystemExit(f"train: example {i} needs {len(seq)} tokens ({len(target)} in the "
+                                 f"answer); raise seq_len/ans_len in the recipe")
+            self.tokens[i, :len(seq)] = seq
+            k = len(target)
+            self.where[i, :k] = np.arange(len(prompt) - 1, len(seq) - 1)
+            self.mask[i, :k] = 1.0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def take(self, idx: np.ndarray, geo: M.Geometry):
+        toks = self.tokens[idx]
+        rows, valid = M.engram_rows(geo, toks)
+        return (jnp.asarray(toks), jnp.asarray(rows), jnp.asarray(valid),
+                jnp.asarray(self.where[idx]), jnp.asarray(self.mask[idx]))
+
+
+# ---- objective ----------------------------------------------------------------------
+
+def answer_logits(geo, p, toks, rows, valid, where):
+    """Logits [B, A, V] at the answer positions only (the head is a fifth of the work)."""
+    z = M.hidden(geo, p, toks, rows, valid)
+    zq = jnp.take_along_axis(z, where[..., None], axis=1)
+    return M.logits_of(p, zq)
+
+
+def targets_of(toks, where):
+    return jnp.take_along_axis(toks, where + 1, axis=1)
+
+
+def loss_fn(p, geo, toks, rows, valid, where, mask):
+    lg = answer_logits(geo, p, toks, rows, valid, where)
+    lp = jax.nn.log_softmax(lg, axis=-1)
+    nll = -jnp.take_along_axis(lp, targets_of(toks, where)[..., None], axis=-1)[..., 0]
+    return jnp.sum(nll * mask) / jnp.sum(mask)
+
+
+def seq_correct(p, geo, toks, rows, valid, where, mask):
+    """Per example: does every answer position's arg-max equal the next target token?"""
+    lg = answer_logits(geo, p, toks, rows, valid, where)
+    ok = (jnp.argmax(lg, axis=-1) == targets_of(toks, where)) | (mask == 0)
+    return jnp.all(ok, axis=-1)
+
+
+# ---- the run ---------------------------------------------------------------------------
+
+def run(recipe: dict, out: Path, log=print) -> dict:
+    t_start = time.time()
+    hdr = header(recipe["geometry"])
+    geo = M.Geometry.from_header(hdr)
+    tr = recipe["train"]
+    tok = task.load_tokenizer()
+    train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"])
+    held_ex = task.make_examples("heldout", tr["heldout_examples"], recipe["data_seed"] + 1)
+    seq_len, ans_len = tr["seq_len"], tr["ans_len"]
+    train_b = Batches(train_ex, tok, seq_len, ans_len)
+    held_b = Batches(held_ex, tok, seq_len, ans_len)
+    log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
+        f"in {time.time() - t_start:.1f} s")
+
+    cq_roles = {r.name for r in R.core_roles(2, hdr) if r.dtype == CQ}
+    params = M.init_params(hdr, recipe["init_seed"])
+    steps, qat_steps = tr["steps"], tr.get("qat_steps", 0)
+    total = steps + qat_steps
+    sched = optax.warmup_cosine_decay_schedule(0.0, tr["lr"], tr["warmup"], total, tr["lr"] * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0),
+                      optax.adamw(sched, b2=0.98, weight_decay=tr["weight_decay"],
+                                  mask=lambda ps: {k: (k in cq_roles) for k in ps}))
+    state = opt.init(params)
+
+    def make_step(quantise: bool):
+        def objective(p, *batch):
+            q = QJ.fake_quant(p, cq_roles, tr["bits"]) if quantise else p
+            return loss_fn(q, geo, *batch)
+
+        @jax.jit
+        def step(p, s, *batch):
+            loss, g = jax.value_and_grad(objective)(p, *batch)
+            upd, s = opt.update(g, s, p)
+            return optax.apply_updates(p, upd), s, loss
+
+        @jax.jit
+        def correct(p, *batch):
+            q = QJ.fake_quant(p, cq_roles, tr["bits"]) if quantise else p
+            return seq_correct(q, geo, *batch)
+        return step, correct
+
+    rng = np.random.default_rng(recipe["data_seed"])
+    B = tr["batch"]
+    history = []
+    phases = [("float", steps, False)] + ([("qat", qat_steps, True)] if qat_steps else [])
+    done = 0
+    for name, n_steps, quantise in phases:
+        step, correct = make_step(quantise)
+        run_loss = []
+        for i in range(n_steps):
+            idx = rng.integers(0, len(train_b), B)
+            params, state, loss = step(params, state, *train_b.take(idx, geo))
+            run_loss.append(float(loss))
+            done += 1
+            if done % tr["log_every"] == 0 or i == n_steps - 1:
+                acc = held_accuracy(correct, params, held_b, geo, B)
+                row = dict(step=done, phase=name, loss=float(np.mean(run_loss)), heldout_seq_acc=acc,
+                           seconds=round(time.time() - t_start, 1))
+                history.append(row)
+                log(f"train: step {done:5d} {name:5s} loss {row['loss']:.4f}  held-out exact "
+                    f"(teacher-forced greedy) {acc * 100:5.1f} %  {row['seconds']:7.1f} s")
+                run_loss = []
+    params = {k: np.asarray(v) for k, v in params.items()}
+    blob = X.export(hdr, params, tr["bits"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_bytes(blob)
+    tmp.replace(out)
+    report = dict(archive=str(out), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
+                  seconds=round(time.time() - t_start, 1), history=history,
+                  jax=jax.__version__, optax=optax.__version__)
+    log(f"train: wrote {out} ({len(blob)} bytes, sha256 {report['sha256'][:16]}…) "
+        f"after {report['seconds']} s")
+    return report
+
+
+def held_accuracy(correct, params, held_b, geo, B) -> float:
+    hits = 0
+    n = len(held_b)
+    for lo in range(0, n - n % B, B):
+        hits += int(jnp.sum(correct(params, *held_b.take(np.arange(lo, lo + B), geo))))
+    return hits / max(1, n - n % B)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m train.train", description=__doc__.split("\n")[0])
+    ap.add_argument("--recipe", required=True, type=Path)
+    ap.add_argument("-o", "--out", required=True, type=Path)
+    ap.add_argument("--report", type=Path, help="write the run's report (JSON) here")
+    args = ap.parse_args(argv)
+    try:
+        recipe = json.loads(args.recipe.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"train: cannot read recipe {args.recipe}: {exc}", file=sys.stderr)
+        return 2
+    report = run(recipe, args.out, log=lambda s: print(s, flush=True))
+    if args.report:
+        args.report.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
