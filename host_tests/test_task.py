@@ -1,0 +1,299 @@
+"""The synthetic watch/router tool-calling task (train/task.py).
+
+What a model trained on the "train" split and scored on the "heldout" split relies on:
+examples are reproducible, every answer is a valid call of a tool in the example's block,
+held-out wording and values never leak into training, strings to copy are really in the
+query, prompts fit 300 tok1k tokens, the bundled demo is in distribution, and the committed
+evaluation file is what its documented command writes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from generator.tools.prompt import minify_tools, render_prompt_ids
+from train import task
+from train.task import (
+    CHITCHAT, HELDOUT_INTS, POOLS, TASKS, TEMPLATES, TOOLS, encode, example_kind,
+    load_tokenizer, make_examples, number_words, target_text, tools_text,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_DIR = ROOT / "demo" / "eval"
+DEMO_QUERY = "what's the weather like in Lagos right now?"
+N_TRAIN = 5000
+
+
+@pytest.fixture(scope="module")
+def train_examples():
+    return make_examples("train", N_TRAIN, 1)
+
+
+@pytest.fixture(scope="module")
+def train_queries(train_examples):
+    return [ex["query"].lower() for ex in train_examples]
+
+
+@pytest.fixture(scope="module")
+def heldout_examples():
+    return make_examples("heldout", 300, 7)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+def _both(train_examples, heldout_examples):
+    return [("train", train_examples), ("heldout", heldout_examples)]
+
+
+# --------------------------------------------------------------------------- determinism
+
+def test_same_seed_same_examples_other_seed_other_examples():
+    a = make_examples("train", 200, 5)
+    assert a == make_examples("train", 200, 5)
+    assert make_examples("train", 50, 5) == a[:50]          # a prefix is a smaller draw
+    assert a != make_examples("train", 200, 6)
+    h = make_examples("heldout", 100, 5)
+    assert h == make_examples("heldout", 100, 5) and h != make_examples("heldout", 100, 6)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError):
+        make_examples("test", 1, 0)
+    with pytest.raises(ValueError):
+        make_examples("train", -1, 0)
+    assert make_examples("train", 0, 0) == []
+
+
+def test_train_generation_is_fast():
+    load_tokenizer(), task.tool_tokens()                    # one-off set-up, not timed
+    start = time.perf_counter()
+    make_examples("train", 4000, 2)
+    rate = 4000 / (time.perf_counter() - start)
+    assert rate >= 2000, f"{rate:.0f} examples/s"
+
+
+# --------------------------------------------------------------------------- answers
+
+def test_every_call_is_valid_for_a_tool_in_the_block(train_examples, heldout_examples):
+    validators = {}
+    for name, tool in TOOLS.items():
+        cls = jsonschema.validators.validator_for(tool["parameters"])
+        cls.check_schema(tool["parameters"])
+        validators[name] = cls(tool["parameters"])
+    for _, examples in _both(train_examples, heldout_examples):
+        for ex in examples:
+            names = [tool["name"] for tool in ex["tools"]]
+            assert 1 <= len(names) <= task.MAX_TOOLS and len(set(names)) == len(names)
+            assert all(tool == TOOLS[tool["name"]] for tool in ex["tools"])
+            assert set(ex) == {"tools", "query", "calls"}
+            assert len(ex["calls"]) <= 2
+            assert len({call["name"] for call in ex["calls"]}) == len(ex["calls"])
+            for call in ex["calls"]:
+                assert list(call) == ["name", "arguments"]
+                assert call["name"] in names, ex
+                schema = TOOLS[call["name"]]["parameters"]
+                validators[call["name"]].validate(call["arguments"])
+                # Keys in the schema's property order; integers are ints, not bools.
+                assert list(call["arguments"]) == list(schema["properties"])
+                for key, value in call["arguments"].items():
+                    if schema["properties"][key]["type"] == "integer":
+                        assert type(value) is int
+
+
+def test_target_text_and_ids_follow_the_spec(heldout_examples, tok):
+    ex = {"tools": [TOOLS["set_timer"]], "query": "set a timer for 25 minutes",
+          "calls": [{"name": "set_timer", "arguments": {"minutes": 25}}]}
+    assert target_text(ex) == ('<tool_call>[{"name":"set_timer","arguments":{"minutes":25}}]'
+                               '</tool_call><|im_end|>')
+    assert target_text({**ex, "calls": []}) == "<tool_call>[]</tool_call><|im_end|>"
+    for ex in heldout_examples[:50]:
+        prompt, target = encode(ex, tok)
+        assert prompt == render_prompt_ids(tok, tools_text(ex), ex["query"])
+        assert prompt[0] == tok.bos_id
+        # Encoded on its own: the dummy-prefix piece, then <tool_call>; <|im_end|> then EOS.
+        assert tok.id_to_piece(target[0]) == "\u2581"
+        assert target[1] == tok.piece_id("<tool_call>")
+        assert target[-2:] == [tok.piece_id("<|im_end|>"), tok.eos_id]
+        assert tok.decode(target[:-1]) == target_text(ex)
+        inner = target_text(ex)[len("<tool_call>"):-len("</tool_call><|im_end|>")]
+        assert json.loads(inner) == ex["calls"]
+
+
+def test_kinds_and_both_kinds_of_empty_answer(train_examples, heldout_examples):
+    for split, examples in _both(train_examples, heldout_examples):
+        kinds = Counter(example_kind(ex) for ex in examples)
+        share = {kind: kinds[kind] / len(examples) for kind in task.KIND_WEIGHTS}
+        assert share["single"] > 0.6, (split, share)
+        assert 0.08 <= share["multi"] <= 0.17, (split, share)
+        assert 0.13 <= share["chitchat"] + share["unserved"] <= 0.23, (split, share)
+        assert share["chitchat"] > 0.04 and share["unserved"] > 0.04, (split, share)
+
+
+def test_unserved_requests_name_a_tool_missing_from_the_block(train_examples):
+    """An empty answer that is not chit-chat is a filled template of a tool outside the
+    block (and outside the tools it could be confused with)."""
+    regexes = {name: [_template_regex(text) for text in TEMPLATES[name]["train"]]
+               for name in TOOLS}
+    seen = 0
+    for ex in train_examples:
+        if example_kind(ex) != "unserved":
+            continue
+        query = ex["query"][0].lower() + ex["query"][1:]
+        owners = {name for name, rs in regexes.items() if any(r.fullmatch(query) for r in rs)}
+        assert owners, query
+        block = {tool["name"] for tool in ex["tools"]}
+        # A loose template regex may match another tool's wording too ("start {activity}"
+        # matches "start a call with Anna"); the true owner is one of them.
+        assert any(owner not in block and not task.CONFUSABLE.get(owner, set()) & block
+                   for owner in owners), ex
+        seen += 1
+    assert seen > 100
+
+
+def test_free_strings_are_copied_verbatim(train_examples, heldout_examples):
+    for _, examples in _both(train_examples, heldout_examples):
+        for ex in examples:
+            for call in ex["calls"]:
+                props = TOOLS[call["name"]]["parameters"]["properties"]
+                for key, value in call["arguments"].items():
+                    if props[key]["type"] == "string" and "enum" not in props[key]:
+                        assert value in ex["query"], (value, ex["query"])
+
+
+# --------------------------------------------------------------------------- held-out split
+
+def _template_regex(text: str) -> re.Pattern:
+    """A template as a regex: its literals as written, each placeholder any text."""
+    parts = re.split(r"\{\w+(?::\w+)?\}", text)
+    return re.compile("(.+?)".join(re.escape(part) for part in parts), re.IGNORECASE)
+
+
+def _longest_literal(text: str) -> str:
+    return max(re.split(r"\{\w+(?::\w+)?\}", text), key=len).strip().lower()
+
+
+def test_heldout_phrasings_never_occur_in_train(train_queries):
+    for name, splits in TEMPLATES.items():
+        assert len(splits["train"]) + len(splits["heldout"]) >= 6, name
+        assert len(splits["heldout"]) >= 3 and not set(splits["train"]) & set(splits["heldout"])
+        for text in splits["heldout"]:
+            core = _longest_literal(text)
+            assert len(core) >= 8, text                    # long enough to mean something
+            hits = [q for q in train_queries if core in q]
+            assert not hits, (text, hits[:3])
+            regex = _template_regex(text)
+            assert not [q for q in train_queries if regex.fullmatch(q)], text
+    for query in CHITCHAT["heldout"]:
+        assert query.lower() not in train_queries
+
+
+def _heldout_strings() -> list[str]:
+    values = [v for pool in POOLS.values() for v in pool["heldout"] if isinstance(v, str)]
+    return values + [number_words(n) for n in HELDOUT_INTS if n < 100]
+
+
+def test_heldout_values_never_occur_in_train(train_queries):
+    for value in _heldout_strings():
+        # As a word: "three" (held out) is not in "twenty-three" (a train value).
+        word = re.compile(r"(?<![\w-])" + re.escape(value.lower()) + r"(?![\w-])")
+        hits = [q for q in train_queries if word.search(q)]
+        assert not hits, (value, hits[:3])
+    for query in train_queries:
+        numbers = {int(run) for run in re.findall(r"\d+", query)}
+        assert not numbers & HELDOUT_INTS, query
+
+
+def test_heldout_examples_use_heldout_values(heldout_examples):
+    """The held-out split draws its values from the held-out pools only."""
+    heldout = {v for pool in POOLS.values() for v in pool["heldout"]}
+    train = {v for pool in POOLS.values() for v in pool["train"]}
+    keys = {(tools_text(ex), ex["query"]) for ex in heldout_examples}
+    assert len(keys) == len(heldout_examples)             # no duplicates
+    for ex in heldout_examples:
+        for call in ex["calls"]:
+            for key, value in call["arguments"].items():
+                if key in ("room", "state", "activity"):      # enums: shared by definition
+                    continue
+                assert value in heldout and value not in train, (key, value)
+
+
+def test_heldout_target_tokens_all_occur_in_train_targets(train_examples, heldout_examples, tok):
+    """A model can only write a token it was trained to write: every piece of a held-out
+    answer (new names, new numbers) also occurs in some train answer."""
+    seen = {i for ex in train_examples for i in tok.encode(target_text(ex))}
+    for ex in heldout_examples:
+        missing = {tok.id_to_piece(i) for i in tok.encode(target_text(ex))} - {
+            tok.id_to_piece(i) for i in seen}
+        assert not missing, (missing, target_text(ex))
+
+
+# --------------------------------------------------------------------------- prompt and demo
+
+def test_prompts_fit_300_tokens(train_examples, heldout_examples, tok):
+    for examples in (train_examples[:2000], heldout_examples):
+        for ex in examples:
+            assert len(encode(ex, tok)[0]) <= 300, ex["query"]
+
+
+def test_budget_table_matches_the_tokenizer(tok):
+    for name, text in task._TOOL_JSON.items():
+        assert task.tool_tokens()[name] == len(tok.encode(text))
+        assert json.loads(text) == TOOLS[name]
+
+
+def test_demo_tools_are_the_universe_tools():
+    demo = json.loads((ROOT / "demo" / "tools.json").read_text(encoding="utf-8"))
+    # json.dumps compares key order too.
+    assert json.dumps(demo) == json.dumps([TOOLS["get_weather"], TOOLS["set_timer"]])
+
+
+def test_demo_query_is_in_train_distribution(train_examples, tok):
+    template = "what's the weather like in {city} right now?"
+    assert template in TEMPLATES["get_weather"]["train"]
+    assert "Lagos" in POOLS["cities"]["train"]
+    assert template.format(city="Lagos") == DEMO_QUERY
+    assert sum(task.tool_tokens()[n] for n in ("get_weather", "set_timer")) \
+        <= task.TOOLS_TOKEN_BUDGET
+    # The demo's prompt is the prompt of the train example with that block and query.
+    demo_text = (ROOT / "demo" / "tools.json").read_text(encoding="utf-8")
+    ex = {"tools": [TOOLS["get_weather"], TOOLS["set_timer"]], "query": DEMO_QUERY,
+          "calls": [{"name": "get_weather", "arguments": {"city": "Lagos"}}]}
+    assert tools_text(ex) == minify_tools(demo_text)
+    assert encode(ex, tok)[0] == render_prompt_ids(tok, demo_text, DEMO_QUERY)
+    # And the generator does use the template with its block of two.
+    assert any(re.fullmatch(r"[wW]hat's the weather like in .+ right now\?", ex["query"])
+               for ex in train_examples)
+    assert any([t["name"] for t in ex["tools"]] == ["get_weather", "set_timer"]
+               for ex in train_examples)
+
+
+# --------------------------------------------------------------------------- committed eval set
+
+def _documented_command() -> list[str]:
+    readme = (EVAL_DIR / "README.md").read_text(encoding="utf-8")
+    line = re.search(r"^python -m train\.task .*$", readme, re.MULTILINE)
+    assert line, "demo/eval/README.md does not show the command"
+    return line.group(0).split()
+
+
+def test_committed_heldout_is_the_documented_command(tmp_path):
+    command = _documented_command()
+    assert command[-2:] == ["-o", "demo/eval/heldout.jsonl"]
+    out = tmp_path / "heldout.jsonl"
+    subprocess.run([sys.executable, *command[1:-1], str(out)], cwd=ROOT, check=True)
+    committed = (EVAL_DIR / "heldout.jsonl").read_bytes()
+    assert out.read_bytes() == committed
+    examples = [json.loads(line) for line in committed.decode("utf-8").splitlines()]
+    assert examples == make_examples("heldout", 300, 7)
