@@ -433,12 +433,14 @@ def evaluate(examples: list[Example], answerers: list, grammars: list[str],
 def mismatches(predictions: list[dict], engine: str, reference: str, grammars: list[str]) -> dict:
     """Runs where the engine's answer is not the reference's, where both answered: the calls
     (or their validity) differ, or only the text does.  The engine is bit-identical to the a8
-    reference, so any is a bug."""
-    out = {"runs": 0, "calls": 0, "text": 0, "examples": []}
+    reference, so any is a bug.  engine_failed: runs only the engine failed (a time-out, or
+    a limit of the board's, e.g. its text buffer), reported apart."""
+    out = {"runs": 0, "calls": 0, "text": 0, "engine_failed": 0, "examples": []}
     for p in predictions:
         for g in grammars:
             e, r = p["runs"][f"{engine}/{g}"], p["runs"][f"{reference}/{g}"]
             if e["error"] is not None or r["error"] is not None:
+                out["engine_failed"] += e["error"] is not None and r["error"] is None
                 continue
             out["runs"] += 1
             if e["calls"] != r["calls"] or e["json_valid"] != r["json_valid"]:
@@ -471,7 +473,10 @@ def _archive(path: str):
         data = Path(path).read_bytes()
     except OSError as exc:
         raise CactError(f"cannot read {path}: {exc.strerror}") from None
-    return reader.read(data)
+    try:
+        return reader.read(data)
+    except CactError as exc:      # which archive: eval names two files
+        raise CactError(f"{path}: {exc}") from None
 
 
 def run_reference(archive: str, data: str, modes: list[str], grammars: list[str], max_new: int,
@@ -521,7 +526,8 @@ def run_board(archive: str, data: str, board_name: str, engine: str, image: str 
           f"(engine) and the a8 reference")
     print(render_table(rows))
     print(f"engine against the a8 reference: {diff['calls'] + diff['text']} of {diff['runs']} runs differ "
-          f"({diff['calls']} in the calls, {diff['text']} in the text only)")
+          f"({diff['calls']} in the calls, {diff['text']} in the text only)"
+          + (f"; {diff['engine_failed']} runs failed on the engine only (lines above)" if diff["engine_failed"] else ""))
     for m in diff["examples"][:10]:
         print(f"  line {m['line']}, grammar {m['grammar']}: the {m['what']} differ")
     if json_out:
