@@ -374,19 +374,26 @@ class Engine:
             raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
         except subprocess.TimeoutExpired:
             raise CactError(f"no answer within {self.timeout:g} s (the timeout)") from None
-        out, err = proc.stdout, proc.stderr
-        if self.uart:      # one stream: the program's output, then "needle: exit N"
-            body, _, _ = out.rstrip("\n").rpartition("\n")
-            out, err = (body + "\n" if body else ""), out
-        if proc.returncode:
-            lines = [l.strip() for l in (err or "").splitlines() if l.strip() and not l.startswith("needle: exit")]
-            raise CactError(f"engine exit {proc.returncode}" + (f": {lines[-1]}" if lines else ""))
-        if not grammar:
-            return out[:-1] if out.endswith("\n") else out
-        try:
-            return strict_json(out)["text"]
-        except (ValueError, TypeError, KeyError):
-            raise CactError(f"the engine printed no envelope: {out.strip()[:80]!r}") from None
+        return engine_text(proc.returncode, proc.stdout, proc.stderr, grammar, self.uart)
+
+
+def engine_text(status: int, out: str, err: str, grammar: bool, uart: bool) -> str:
+    """The model's text from one engine run's exit status and output: the envelope's text
+    (grammar on) or the --raw text without the CLI's final newline; CactError with the
+    engine's last error line if it failed.  A UART console has one stream, the program's
+    output then "needle: exit N"."""
+    if uart:
+        body, _, _ = out.rstrip("\n").rpartition("\n")
+        out, err = (body + "\n" if body else ""), out
+    if status:
+        lines = [l.strip() for l in (err or "").splitlines() if l.strip() and not l.startswith("needle: exit")]
+        raise CactError(f"engine exit {status}" + (f": {lines[-1]}" if lines else ""))
+    if not grammar:
+        return out[:-1] if out.endswith("\n") else out
+    try:
+        return strict_json(out)["text"]
+    except (ValueError, TypeError, KeyError):
+        raise CactError(f"the engine printed no envelope: {out.strip()[:80]!r}") from None
 
 
 # ---- a whole evaluation --------------------------------------------------------------------
