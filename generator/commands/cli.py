@@ -1,9 +1,10 @@
-"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench,call} ...`.
+"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench,call,eval} ...`.
 
 inspect and synth read and write archives, golden regenerates the reference goldens, rung
 cuts a shallower Needle 3 archive, emit generates a board's C engine the way SCons does,
 bench times a built engine against the NumPy reference, call runs one constrained
-tool-calling turn on the reference (the twin of `needle --tools F --query Q`).  Every failure a user can cause
+tool-calling turn on the reference (the twin of `needle --tools F --query Q`), eval scores the
+reference's calls on held-out examples (task accuracy).  Every failure a user can cause
 ends in one line on stderr and exit status 2.
 """
 
@@ -168,6 +169,14 @@ def cmd_call(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from generator.commands import evaluate
+    modes = ["float", "a8"] if args.mode == "both" else [args.mode]
+    grammars = ["on", "off"] if args.grammar == "both" else [args.grammar]
+    return evaluate.run_reference(args.archive, args.data, modes, grammars, args.max_new,
+                                  args.limit, args.json)
+
+
 def main(argv=None) -> int:
     p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
@@ -240,6 +249,20 @@ def main(argv=None) -> int:
     s.add_argument("--max-new", type=_positive, default=96, metavar="N")
     s.add_argument("--force-call", action="store_true", help="the answer is a call (at least one)")
     s.set_defaults(fn=cmd_call)
+
+    s = sub.add_parser("eval", help="task accuracy: the reference's calls on held-out examples, with the "
+                                    "call grammar and without (README, \"Task accuracy\")")
+    s.add_argument("--archive", required=True)
+    s.add_argument("--data", required=True, metavar="FILE",
+                   help="JSON lines: {\"tools\": [...], \"query\": \"...\", \"calls\": [...]}")
+    s.add_argument("--mode", choices=("float", "a8", "both"), default="a8",
+                   help="numerics of the reference (default a8, what every engine computes)")
+    s.add_argument("--grammar", choices=("on", "off", "both"), default="both",
+                   help="constrained decoding (on), plain greedy like needle --raw (off), or both (default)")
+    s.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples")
+    s.add_argument("--max-new", type=_positive, default=96, metavar="N", help="tokens per answer (default 96)")
+    s.add_argument("--json", metavar="OUT", help="write the metrics and every prediction")
+    s.set_defaults(fn=cmd_eval)
 
     try:
         args = p.parse_args(argv)

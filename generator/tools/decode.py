@@ -262,6 +262,18 @@ def run_turn(model, tok, g, prompt_ids: list, max_new: int, prefix: Prefix | Non
     return Session(model, tok, g, prefix, head_tokens).turn(prompt_ids, max_new)
 
 
+def raw_turn(model, prompt_ids: list, max_new: int) -> list:
+    """The grammar off: the twin of ``needle --tools F --query Q --raw`` (its text is
+    ``tok.decode`` of these ids) and of ``--ids``.  Plain greedy ids after the prompt, until
+    EOS (not included), ``max_new`` tokens or a full context; ``<|im_end|>`` does not stop it,
+    as in C.  A prompt the context cannot hold with one new token is refused, as in C."""
+    max_seq = model.hdr["max_seq_len"]
+    if not prompt_ids or len(prompt_ids) >= max_seq:
+        raise CactError(f"the prompt takes {len(prompt_ids)} tokens: it must be shorter than "
+                        f"max_seq_len {max_seq}")
+    return model.greedy(list(prompt_ids), min(max_seq, len(prompt_ids) + max_new))
+
+
 def envelope(tok, ids: list, conf, n_prompt: int, n_prefix: int = 0, head=None, router=None) -> dict:
     m = Markers(tok)
     k = ids.index(m.call_open)
