@@ -69,11 +69,24 @@ class Batches:
             self.where[i, :k] = np.arange(len(prompt) - 1, len(seq) - 1)
             self.mask[i, :k] = 1.0
 
+        self.lengths = (self.tokens != 0).sum(axis=1)
+
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def take(self, idx: np.ndarray, geo: M.Geometry):
-        toks = self.tokens[idx]
+    def buckets(self, edges) -> list:
+        """Example indices grouped by the shortest edge their sequence fits in: a batch drawn
+        from one bucket is cut to that edge, so short prompts do not pay for the longest."""
+        out, lo = [], 0
+        for edge in edges:
+            idx = np.flatnonzero((self.lengths > lo) & (self.lengths <= edge))
+            if len(idx):
+                out.append((edge, idx))
+            lo = edge
+        return out
+
+    def take(self, idx: np.ndarray, geo: M.Geometry, width: int | None = None):
+        toks = self.tokens[idx][:, :width or self.seq_len]
         rows, valid = M.engram_rows(geo, toks)
         return (jnp.asarray(toks), jnp.asarray(rows), jnp.asarray(valid),
                 jnp.asarray(self.where[idx]), jnp.asarray(self.mask[idx]))
@@ -151,6 +164,9 @@ def run(recipe: dict, out: Path, log=print) -> dict:
 
     rng = np.random.default_rng(recipe["data_seed"])
     B = tr["batch"]
+    buckets = train_b.buckets(tr["buckets"])
+    weights = np.array([len(i) for _, i in buckets], np.float64)
+    weights /= weights.sum()
     history = []
     phases = [("float", steps, False)] + ([("qat", qat_steps, True)] if qat_steps else [])
     done = 0
@@ -158,8 +174,9 @@ def run(recipe: dict, out: Path, log=print) -> dict:
         step, correct = make_step(quantise)
         run_loss = []
         for i in range(n_steps):
-            idx = rng.integers(0, len(train_b), B)
-            params, state, loss = step(params, state, *train_b.take(idx, geo))
+            edge, pool = buckets[rng.choice(len(buckets), p=weights)]
+            idx = pool[rng.integers(0, len(pool), B)]
+            params, state, loss = step(params, state, *train_b.take(idx, geo, edge))
             run_loss.append(float(loss))
             done += 1
             if done % tr["log_every"] == 0 or i == n_steps - 1:
