@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from generator.archive import roles as R
-from generator.archive.format import CQ
+from generator.archive.format import CQ, FP32
 from generator.model.numerics import ENGRAM_HASH_PRIME, ENGRAM_HASH_SEED
 
 EPS = 1e-6
@@ -62,15 +62,23 @@ class Geometry:
                    M=hdr["engram_slots"], s=hdr["engram_sub_dim"], T_e=hdr["num_engram_tables"],
                    dilation=hdr["engram_conv_dilation"])
 
+    @property
+    def V_out(self) -> int:
+        """Rows of the tied head: every vocabulary row in Needle 2."""
+        return self.V
+
 
 # ---- engram slots: integer hashing of the token history (computed outside the graph) --
 
-def engram_rows(geo: Geometry, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def engram_rows(geo: Geometry, tokens: np.ndarray,
+                seed_stride: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Table rows τ·M + slot and validity of every engram table at every position.
 
     tokens [B, T] int -> (rows [B, T, T_e] int32, valid [B, T, T_e] float32), the hash of
     docs/spec/needle2-model.md §4 step 2a/2b vectorised over positions (same integers as
-    Needle2.engram_slots)."""
+    Needle2.engram_slots).  The seed of table i·E_h + η is 0x9E3779B9·(i·Σ + η + 1) with
+    stride Σ = `seed_stride` (Needle 3's engram_seed_heads), E_h when None."""
+    stride = geo.Eh if seed_stride is None else seed_stride
     tokens = np.asarray(tokens, dtype=np.uint64)
     B, T = tokens.shape
     mask = np.uint64(0xFFFFFFFF)
@@ -81,7 +89,7 @@ def engram_rows(geo: Geometry, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarr
         shifted = [np.concatenate([np.zeros((B, j), np.uint64), tokens[:, :T - j]], axis=1)
                    for j in range(o)]                     # tokens[t - j], 0 before position 0
         for eta in range(geo.Eh):
-            acc = np.full((B, T), (ENGRAM_HASH_SEED * (i * geo.Eh + eta + 1)) & 0xFFFFFFFF,
+            acc = np.full((B, T), (ENGRAM_HASH_SEED * (i * stride + eta + 1)) & 0xFFFFFFFF,
                           dtype=np.uint64)
             for j in range(o):
                 acc = ((acc ^ shifted[j]) * np.uint64(ENGRAM_HASH_PRIME)) & mask
@@ -163,21 +171,32 @@ def engram(geo: Geometry, p: dict, rows, valid) -> list:
     return out
 
 
-def attention(geo: Geometry, q, k, v):
-    """Causal (and windowed) GQA over [B, T, heads, h]; head i reads group i // (H/G)."""
-    T = q.shape[1]
-    r = geo.H // geo.G
-    kh = jnp.repeat(k, r, axis=2)
-    vh = jnp.repeat(v, r, axis=2)
-    scores = jnp.einsum("bthc,bphc->bhtp", q, kh) / np.float32(math.sqrt(geo.h))
+def causal_mask(T: int, windows=()) -> np.ndarray:
+    """[T, T] visibility of key p to query t: p ≤ t and t − p < w for every non-zero w."""
     t = np.arange(T)[:, None]
     pp = np.arange(T)[None, :]
     ok = pp <= t
-    if geo.kv_window:
-        ok = ok & (t - pp < geo.kv_window)
+    for w in windows:
+        if w:
+            ok = ok & (t - pp < w)
+    return ok
+
+
+def gqa(q, k, v, ok):
+    """GQA of q [B, T, H, h_q] over k [B, T, G, h_q], v [B, T, G, h_v] under the mask ok
+    [T, T]; head i reads group i // (H/G); scores / √h_q.  Returns [B, T, H, h_v]."""
+    r = q.shape[2] // k.shape[2]
+    kh = jnp.repeat(k, r, axis=2)
+    vh = jnp.repeat(v, r, axis=2)
+    scores = jnp.einsum("bthc,bphc->bhtp", q, kh) / np.float32(math.sqrt(q.shape[-1]))
     scores = jnp.where(ok[None, None], scores, -jnp.inf)
     w = jax.nn.softmax(scores, axis=-1)
     return jnp.einsum("bhtp,bphc->bthc", w, vh)
+
+
+def attention(geo: Geometry, q, k, v):
+    """Causal (and windowed) GQA over [B, T, heads, h]; head i reads group i // (H/G)."""
+    return gqa(q, k, v, causal_mask(q.shape[1], (geo.kv_window,)))
 
 
 def mlp(geo: Geometry, p: dict, pre: str, c):
@@ -207,8 +226,9 @@ def block(geo: Geometry, p: dict, l: int, b, cos, sin):
     return x1 + mlp(geo, p, pre, c)                                             # B12-B13
 
 
-def layer(geo: Geometry, p: dict, l: int, X, eng, cos, sin):
-    """Step 4 for layer l on the lanes X [B, T, n, d]: mHC routing around the block."""
+def layer(geo: Geometry, p: dict, l: int, X, eng, cos, sin, block_fn=block):
+    """Step 4 for layer l on the lanes X [B, T, n, d]: mHC routing around the block
+    (`block_fn`: this module's Needle 2 block, or model3's)."""
     B, T, n, d = X.shape
     nu = unit_rms(X.reshape(B, T, n * d))                                       # 4a
     first = np.arange(n) == l % n                                               # 4b
@@ -222,7 +242,7 @@ def layer(geo: Geometry, p: dict, l: int, X, eng, cos, sin):
         k, v = eng[geo.sites.index(l)]
         alpha = jax.nn.sigmoid(jnp.sum(unit_rms(u) * unit_rms(k), axis=-1) / np.float32(math.sqrt(d)))
         b = u + alpha[..., None] * v
-    y = block(geo, p, l, b, cos, sin) - u                                       # 4e-4f
+    y = block_fn(geo, p, l, b, cos, sin) - u                                    # 4e-4f
     m_post = linear(p["mhc.phi_post"][l * n:(l + 1) * n], nu)                   # 4g
     h_post = 2.0 * jax.nn.sigmoid(p["mhc.a_post"][l] * m_post + p["mhc.b_post"][l] + off_post)
     m_res = linear(p["mhc.phi_res"][l * n * n:(l + 1) * n * n], nu)             # 4h
@@ -243,9 +263,9 @@ def hidden(geo: Geometry, p: dict, tokens, rows, valid):
     return zc_rmsnorm(jnp.mean(X, axis=2), p["final_norm"])                     # step 5
 
 
-def logits_of(p: dict, z):
-    """The tied head: z · Eᵀ."""
-    return z @ p["embedding"].T
+def logits_of(p: dict, z, V_out: int | None = None):
+    """The tied head: z · Eᵀ over the first V_out embedding rows (None: all of them)."""
+    return z @ p["embedding"][:V_out].T
 
 
 def forward(geo: Geometry, p: dict, tokens, rows, valid):
@@ -255,15 +275,16 @@ def forward(geo: Geometry, p: dict, tokens, rows, valid):
 
 # ---- parameters ----------------------------------------------------------------------
 
-def init_params(hdr: dict, seed: int) -> dict:
+def init_params(hdr: dict, seed: int, gen: int = 2) -> dict:
     """Initial parameters: matrices scaled 1/√in, control tensors drawn as the synthesiser
     draws a trained model's (generator/commands/synth.py), so the untrained network already
-    routes its lanes, gates and MLP diagonals the way trained ones do."""
+    routes its lanes, gates and MLP diagonals the way trained ones do.  Needle 3's FP32
+    permutations are the synthesiser's (the package's) fixed ones."""
     from generator.commands import synth
     rnd = synth._Draw(seed)
-    dm = R.dims(2, hdr)
+    dm = R.dims(gen, hdr)
     out = {}
-    for role in R.core_roles(2, hdr):
+    for role in R.core_roles(gen, hdr):
         name = role.name.split(".")[-1]
         if role.dtype == CQ:
             o, i = role.shape
@@ -277,8 +298,11 @@ def init_params(hdr: dict, seed: int) -> dict:
                 w = rnd.normal(role.shape, 0.5 / math.sqrt(i))
             else:
                 w = rnd.normal(role.shape, 1.0 / math.sqrt(i))
+        elif role.dtype == FP32:
+            rs = 11 if name == "hada_p1" else 13
+            w = np.random.RandomState(rs).permutation(dm["N"]).astype(np.float32)
         else:
-            w = np.asarray(synth._draw_control(2, name, role.shape, rnd, dm)).reshape(role.shape)
+            w = np.asarray(synth._draw_control(gen, name, role.shape, rnd, dm)).reshape(role.shape)
         out[role.name] = jnp.asarray(w, jnp.float32)
     return out
 

@@ -1,6 +1,10 @@
-"""Train a tiny Needle 2 on the synthetic tool-calling task and export it as a .cact archive.
+"""Train a tiny Needle 2 or Needle 3 on the synthetic tool-calling task and export it as a
+.cact archive.
 
     python -m train.train --recipe train/recipes/needle2-demo.json -o demo/needle2-demo.cact
+    python -m train.train --recipe train/recipes/needle3-demo.json -o demo/needle3-demo.cact
+
+The recipe's "generation" (2 when absent) picks the model: train/model.py or train/model3.py.
 
 Everything that decides the result is in the recipe (geometry, seeds, data, schedule), so the
 same recipe on the same kind of machine gives the same archive.  Training sequences are
@@ -32,15 +36,27 @@ import optax
 
 from generator.archive.format import CQ
 from generator.archive import roles as R
-from generator.commands.synth import _n2
+from generator.commands.synth import _n2, _n3
 from train import export as X
 from train import model as M
+from train import model3 as M3
 from train import quant_jax as QJ
 from train import task
 
 
-def header(geo: dict) -> dict:
-    """A Needle 2 header from the recipe's geometry (the synthesiser's header builder)."""
+def header(geo: dict, generation: int = 2) -> dict:
+    """A Needle 2 or 3 header from the recipe's geometry (the synthesiser's header builders;
+    Needle 3's stored kv_window is the budget window capped by the configured one, 0 = none)."""
+    if generation == 3:
+        return _n3(geo["vocab"], geo["out_vocab"], geo["d_model"], geo["num_heads"],
+                   geo["num_kv_heads"], geo["qk_head_dim"], geo["v_head_dim"], geo["num_layers"],
+                   geo["max_seq_len"], geo["mhc_lanes"], geo["sliding_window"],
+                   tuple(geo["global_layers"]), geo["qkv_conv_taps"], geo["engram_slots"],
+                   geo["engram_sub_dim"], geo["num_engram_tables"], tuple(geo["engram_orders"]),
+                   tuple(geo["engram_sites"]), geo["kv_window"],
+                   seed_heads=geo.get("engram_seed_heads", 0))
+    if generation != 2:
+        raise SystemExit(f"train: generation {generation} is not 2 or 3")
     return _n2(geo["vocab"], geo["d_model"], geo["num_heads"], geo["num_kv_heads"], geo["head_dim"],
                geo["num_layers"], geo["max_seq_len"], geo["mhc_lanes"], geo["engram_slots"],
                geo["engram_sub_dim"], geo["num_engram_tables"], tuple(geo["engram_orders"]),
@@ -85,20 +101,26 @@ class Batches:
             lo = edge
         return out
 
-    def take(self, idx: np.ndarray, geo: M.Geometry, width: int | None = None):
+    def take(self, idx: np.ndarray, geo, width: int | None = None):
         toks = self.tokens[idx][:, :width or self.seq_len]
-        rows, valid = M.engram_rows(geo, toks)
+        rows, valid = model_of(geo).engram_rows(geo, toks)
         return (jnp.asarray(toks), jnp.asarray(rows), jnp.asarray(valid),
                 jnp.asarray(self.where[idx]), jnp.asarray(self.mask[idx]))
 
 
 # ---- objective ----------------------------------------------------------------------
 
+def model_of(geo):
+    """The model module a geometry belongs to."""
+    return M3 if isinstance(geo, M3.Geometry3) else M
+
+
 def answer_logits(geo, p, toks, rows, valid, where):
-    """Logits [B, A, V] at the answer positions only (the head is a fifth of the work)."""
-    z = M.hidden(geo, p, toks, rows, valid)
+    """Logits [B, A, V_out] at the answer positions only (the head is a fifth of the work)."""
+    mod = model_of(geo)
+    z = mod.hidden(geo, p, toks, rows, valid)
     zq = jnp.take_along_axis(z, where[..., None], axis=1)
-    return M.logits_of(p, zq)
+    return mod.logits_of(p, zq, geo.V_out)
 
 
 def targets_of(toks, where):
@@ -123,8 +145,10 @@ def seq_correct(p, geo, toks, rows, valid, where, mask):
 
 def run(recipe: dict, out: Path, log=print) -> dict:
     t_start = time.time()
-    hdr = header(recipe["geometry"])
-    geo = M.Geometry.from_header(hdr)
+    gen = recipe.get("generation", 2)
+    hdr = header(recipe["geometry"], gen)
+    mod = M3 if gen == 3 else M
+    geo = M3.Geometry3.from_header(hdr) if gen == 3 else M.Geometry.from_header(hdr)
     tr = recipe["train"]
     tok = task.load_tokenizer()
     train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"])
@@ -134,15 +158,23 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     held_b = Batches(held_ex, tok, seq_len, ans_len)
     log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
         f"in {time.time() - t_start:.1f} s")
+    for b in (train_b, held_b):     # answers are read from the first V_out logits
+        top = int(np.take_along_axis(b.tokens, b.where + 1, axis=1)[b.mask > 0].max(initial=0))
+        if top >= geo.V_out:
+            raise SystemExit(f"train: answer token {top} is not below out_vocab {geo.V_out}")
 
-    cq_roles = {r.name for r in R.core_roles(2, hdr) if r.dtype == CQ}
-    params = M.init_params(hdr, recipe["init_seed"])
+    cq_roles = {r.name for r in R.core_roles(gen, hdr) if r.dtype == CQ}
+    params = mod.init_params(hdr, recipe["init_seed"])
     steps, qat_steps = tr["steps"], tr.get("qat_steps", 0)
     total = steps + qat_steps
     sched = optax.warmup_cosine_decay_schedule(0.0, tr["lr"], tr["warmup"], total, tr["lr"] * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0),
                       optax.adamw(sched, b2=0.98, weight_decay=tr["weight_decay"],
                                   mask=lambda ps: {k: (k in cq_roles) for k in ps}))
+    frozen = set(getattr(mod, "FROZEN", ())) & set(params)
+    if frozen:   # Needle 3's permutations: stored with the weights, never trained
+        opt = optax.multi_transform({"train": opt, "frozen": optax.set_to_zero()},
+                                    {k: ("frozen" if k in frozen else "train") for k in params})
     state = opt.init(params)
 
     def make_step(quantise: bool):
@@ -188,7 +220,7 @@ def run(recipe: dict, out: Path, log=print) -> dict:
                     f"(teacher-forced greedy) {acc * 100:5.1f} %  {row['seconds']:7.1f} s")
                 run_loss = []
     params = {k: np.asarray(v) for k, v in params.items()}
-    blob = X.export(hdr, params, tr["bits"])
+    blob = X.export(hdr, params, tr["bits"], gen=gen)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_bytes(blob)
