@@ -232,11 +232,45 @@ CHITCHAT = _split(
      "order me a taxi", "teach me a French word", "what should I cook tonight?",
      "close the window blinds", "are robots going to take over?", "I had a long day"])
 
+#: Every held-out string value, lower-cased (invented training values must avoid them).
+_HELDOUT_STRINGS = tuple(v.lower() for pool in POOLS.values() for v in pool["heldout"]
+                         if isinstance(v, str))
+
 #: How two requests are joined in a two-call query.
 CONNECTORS = (" and ", ", then ", " and then ", ", also ", " and also ")
 
 
 # --------------------------------------------------------------------------- slots
+
+#: Share of training free strings that are invented (pronounceable nonsense names and word
+#: salads) rather than drawn from the pools: a model that only ever sees a hundred cities
+#: learns them by heart; one that must also copy "Tavoreki" learns to copy, which is what an
+#: unseen held-out value needs.  Held-out values always come from the held-out pools.
+INVENTED_SHARE = 0.5
+_SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou") + ("an", "el", "or", "ush")
+_FILLER = ("the", "a", "is", "on", "at", "in", "my", "your", "we", "it", "now", "soon", "home",
+           "back", "late", "ready", "done", "here", "there", "up", "out", "all", "good", "new")
+
+
+def _invented_word(rng) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 2, 3)))).capitalize()
+
+
+def invented_value(rng, kind: str) -> str:
+    """A free-string value no pool holds: a name of one or two invented words, or a short
+    lowercase phrase; never containing (or inside) a held-out value."""
+    while True:
+        if kind == "name":
+            value = " ".join(_invented_word(rng) for _ in range(rng.choice((1, 1, 1, 2))))
+        else:
+            words = [rng.choice(_FILLER) if rng.random() < 0.5 else _invented_word(rng).lower()
+                     for _ in range(rng.randint(2, 4))]
+            value = " ".join(words)
+        low = value.lower()
+        if not any(h in low or low in h for h in _HELDOUT_STRINGS):
+            return value
+
+
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
@@ -257,9 +291,13 @@ class _Text:
 
     def __init__(self, arg: str, pool: str):
         self.arg, self.pool = arg, POOLS[pool]
+        self.kind = "phrase" if pool == "messages" else "name"
 
     def sample(self, rng, split, form):
-        value = rng.choice(self.pool[split])
+        if split == "train" and rng.random() < INVENTED_SHARE:
+            value = invented_value(rng, self.kind)
+        else:
+            value = rng.choice(self.pool[split])
         return value, {self.arg: value}
 
 
@@ -272,7 +310,9 @@ class _Int:
 
     def sample(self, rng, split, form):
         value = rng.choice(self.pool[split])
-        if self.words and value < 100 and rng.random() < self.words:
+        # words only in training: a held-out number never appears in training, so its word
+        # ("nine") could not be learnt; its digits can, digit by digit
+        if self.words and split == "train" and value < 100 and rng.random() < self.words:
             return number_words(value), {self.arg: value}
         return str(value), {self.arg: value}
 
