@@ -51,7 +51,7 @@ def image_of(board: dict, where: Path, archive: str | None) -> str | None:
     if board["archive"]["placement"] == "partition":
         return str(where / "archive.bin")
     if board["archive"]["placement"] == "file":
-        return archive or str(ROOT / "build" / "demo" / "demo.cact")
+        return archive or str(ROOT / "demo" / "needle2-demo.cact")
     return None
 
 

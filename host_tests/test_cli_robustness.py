@@ -19,9 +19,10 @@ DEV_FULL = Path("/dev/full")
 
 @pytest.fixture(scope="module")
 def needle(tmp_path_factory) -> Path:
-    """The host engine with the bundled demo archive, built once."""
+    """The host engine for the tiny golden archive (random weights: a generation never meets
+    EOS, which the context and budget tests rely on), built once."""
     build = tmp_path_factory.mktemp("cli-host")
-    scons("board=host", f"build={build}")
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={build}")
     return build / "needle"
 
 

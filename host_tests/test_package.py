@@ -574,7 +574,7 @@ def serve_one_request(cmd: list[str], sock: Path) -> dict:
 @pytest.mark.slow
 def test_router_binary_from_the_ipk_runs_under_qemu(tmp_path):
     board, built = scons_build("router-mt7621", tmp_path / "build")
-    archive = ROOT / "build" / "demo" / "demo.cact"          # the archive scons built the engine for
+    archive = ROOT / "demo" / "needle2-demo.cact"          # the archive scons built the engine for (the default)
     ipk = Path(package.write_ipk(board, str(built), str(tmp_path / "ipk")))
     d = unpack(ipk, tmp_path / "x", "tar.gz")
     binary = d / "data" / "usr" / "bin" / "needle"

@@ -24,7 +24,7 @@ from test_cli_robustness import needle, one_line, run  # noqa: F401  (needle: th
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "demo" / "tools.json"
-DEMO_ARCHIVE = ROOT / "build" / "demo" / "demo.cact"   # what `scons` without archive= links in
+DEMO_ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"   # what the `needle` fixture links in
 PROMPT = "What is the weather in Lagos?"
 QUERY = "set a timer for ten minutes"
 IM_END = "<|im_end|>"
@@ -186,7 +186,7 @@ def test_scripted_session_over_a_pipe(needle, max_seq):
 def test_context_fills_up_then_a_reset_frees_it(needle, max_seq):
     a = serve_pipe(needle, [request(prompt=PROMPT, max_new=max_seq), request(prompt="more", id=2),
                             request(reset=True), request(prompt=PROMPT, max_new=4)])
-    # the demo archive does not choose EOS in 256 tokens: the answer runs into the context's end
+    # the tiny golden archive does not choose EOS in 256 tokens: the answer runs into the context's end
     assert ok(a[0])["stop"] == "context", a[0]
     assert a[0]["generated_tokens"] == max_seq - a[0]["prompt_tokens"] and a[0]["position"] == max_seq
     assert error(a[1], '{"reset": true}', "0 of max_seq_len")["id"] == 2
@@ -458,7 +458,8 @@ def test_session_on_router_mt7621_under_qemu(needle, tmp_path_factory):
     if missing:
         pytest.skip(missing)
     build = tmp_path_factory.mktemp("serve-mt7621")
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", f"board={board['name']}", f"build={build}"],
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", f"board={board['name']}", f"build={build}",
+                           f"archive={DEMO_ARCHIVE}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         pytest.skip(f"router-mt7621 does not build yet (archive placement `file` in progress?): "
