@@ -76,6 +76,7 @@ from generator.build import boards
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY_GOLDEN = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
 MAX_NEW = 64
 REPEATS = 7
 # the tool-calling objects, reported even when absent; any other object named like them
@@ -432,7 +433,9 @@ def memory_lines(r: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.grammar", description=__doc__.split("\n\n")[0])
     ap.add_argument("--board", action="append", required=True, help="a board (repeatable)")
-    ap.add_argument("--archive", help="the .cact archive (default: the bundled demo)")
+    ap.add_argument("--archive", default=str(TINY_GOLDEN),
+                    help="the .cact archive (default: the tiny golden: random weights, so a forced call "
+                         "runs its whole budget, and the figures in README stay comparable)")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench-grammar"), help="build directory")
     args = ap.parse_args(argv)
     print("per generated token: the model's own cost, the grammar's overhead (instructions; host: time); "

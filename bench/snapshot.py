@@ -35,6 +35,7 @@ from generator.build import boards
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY_GOLDEN = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
 ARGS = ["--query", DEMO_QUERY, "--raw", "--max-new", "1"]
 
 
@@ -105,7 +106,9 @@ def measure(name: str, out: Path, archive: str | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.snapshot", description=__doc__.split("\n\n")[0])
     ap.add_argument("--board", action="append", required=True, help="a board (repeatable)")
-    ap.add_argument("--archive", help="the .cact archive (default: the bundled demo)")
+    ap.add_argument("--archive", default=str(TINY_GOLDEN),
+                    help="the .cact archive (default: the tiny golden: random weights, so a forced call "
+                         "runs its whole budget, and the figures in README stay comparable)")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench-snapshot"), help="build directory")
     args = ap.parse_args(argv)
     print(f"{'board':<16} {'prompt':>6} {'prefix':>6} {'snapshot':>9} {'TTFT without':>15} {'TTFT with':>13} {'ratio':>6}",

@@ -241,11 +241,22 @@ def held_accuracy(correct, params, held_b, geo, B) -> float:
     return hits / max(1, n - n % B)
 
 
+def manifest(report: dict, recipe: dict, recipe_path: Path) -> dict:
+    """The run's report with the recipe it followed (host_tests/test_demo_archive.py checks a
+    bundled archive against it)."""
+    out = dict(report)
+    out["archive"] = Path(report["archive"]).name
+    out["recipe_path"] = str(recipe_path)
+    out["recipe"] = recipe
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m train.train", description=__doc__.split("\n")[0])
     ap.add_argument("--recipe", required=True, type=Path)
     ap.add_argument("-o", "--out", required=True, type=Path)
-    ap.add_argument("--report", type=Path, help="write the run's report (JSON) here")
+    ap.add_argument("--report", type=Path, help="write the run's report (JSON) here: the manifest "
+                    "committed beside a bundled archive (recipe, size, SHA-256, training curve)")
     args = ap.parse_args(argv)
     try:
         recipe = json.loads(args.recipe.read_text())
@@ -254,7 +265,7 @@ def main(argv=None) -> int:
         return 2
     report = run(recipe, args.out, log=lambda s: print(s, flush=True))
     if args.report:
-        args.report.write_text(json.dumps(report, indent=1) + "\n")
+        args.report.write_text(json.dumps(manifest(report, recipe, args.recipe), indent=1) + "\n")
     return 0
 
 
