@@ -45,16 +45,21 @@ def _tokens(n, V, seed):
     toks[0, 0] = 2
     return toks
 
+def assert_rows_are_the_references(ref, geo, toks, rows, valid):
+    """Table rows and validity of the vectorised hash equal the reference's slots, per position."""
+    for t in range(toks.shape[1]):
+        slots = ref.engram_slots(list(toks[0]), t)
+        assert [tau * geo.M + s for tau, (s, _) in enumerate(slots)] == list(rows[0, t])
+        assert [float(v) for _, v in slots] == list(valid[0, t])
+
+
 
 def test_engram_rows_equal_reference_hash(tiny):
     ref = Needle2(tiny, "float")
     geo = M.Geometry.from_header(tiny.header)
     toks = _tokens(40, geo.V, 1)
     rows, valid = M.engram_rows(geo, toks)
-    for t in range(40):
-        slots = ref.engram_slots(list(toks[0]), t)
-        assert [tau * geo.M + s for tau, (s, _) in enumerate(slots)] == list(rows[0, t])
-        assert [float(v) for _, v in slots] == list(valid[0, t])
+    assert_rows_are_the_references(ref, geo, toks, rows, valid)
 
 
 @pytest.mark.parametrize("n_tokens", [30, 100])   # 100 > the tiny preset's KV window of 64
@@ -126,10 +131,7 @@ def test_n3_engram_rows_equal_reference_hash(tiny3):
     assert geo.seed_stride == 3 != geo.Eh       # the preset's stride is not the default
     toks = _tokens(40, geo.V, 1)
     rows, valid = M3.engram_rows(geo, toks)
-    for t in range(40):
-        slots = ref.engram_slots(list(toks[0]), t)
-        assert [tau * geo.M + s for tau, (s, _) in enumerate(slots)] == list(rows[0, t])
-        assert [float(v) for _, v in slots] == list(valid[0, t])
+    assert_rows_are_the_references(ref, geo, toks, rows, valid)
 
 
 @pytest.mark.parametrize("n_tokens,window", [(30, "deploy"), (100, "deploy"), (100, "package")])
