@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from generator.archive import roles as R
+from generator.archive import quant, roles as R
 from generator.archive.format import CQ, FP32
 from generator.model.numerics import ENGRAM_HASH_PRIME, ENGRAM_HASH_SEED
 
@@ -112,13 +112,6 @@ def unit_rms(x):
     return x * (1.0 / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS))
 
 
-def hadamard(n: int) -> np.ndarray:
-    """The normalised Sylvester Walsh-Hadamard matrix (symmetric, its own inverse)."""
-    m = np.arange(n)
-    parity = np.bitwise_count(m[:, None] & m[None, :]) & 1
-    return np.where(parity == 1, -1.0, 1.0).astype(np.float32) / np.float32(math.sqrt(n))
-
-
 def rope_tables(T: int, P: int, theta: float):
     j = np.arange(P // 2, dtype=np.float64)
     omega = 1.0 / np.power(theta, 2.0 * j / P)
@@ -201,7 +194,7 @@ def attention(geo: Geometry, q, k, v):
 
 def mlp(geo: Geometry, p: dict, pre: str, c):
     """B12: the Hadamard MLP (diagonals around two normalised Walsh-Hadamard transforms)."""
-    Hn = jnp.asarray(hadamard(geo.N))
+    Hn = jnp.asarray(quant.hadamard(geo.N))
     z = jnp.pad(c, ((0, 0), (0, 0), (0, geo.N - geo.d)))
     z = (p[pre + "d1"] * z) @ Hn
     z = jax.nn.silu(p[pre + "d2"] * z) @ Hn
