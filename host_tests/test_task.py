@@ -1,10 +1,11 @@
 """The synthetic watch/router tool-calling task (train/task.py).
 
-What a model trained on the "train" split and scored on the "heldout" split relies on:
-examples are reproducible, every answer is a valid call of a tool in the example's block,
-held-out wording and values never leak into training, strings to copy are really in the
-query, prompts fit 300 tok1k tokens, the bundled demo is in distribution, and the committed
-evaluation file is what its documented command writes.
+What a model trained on the "train" split and scored on the "heldout" and "novel" splits
+relies on: examples are reproducible, every answer is a valid call of a tool in the example's
+block, held-out and novel wordings and values never leak into training, held-out wordings use
+only words the training templates use, strings to copy are really in the query, prompts fit
+300 tok1k tokens, the bundled demo is in distribution, and the committed evaluation files are
+what their documented commands write.
 """
 
 from __future__ import annotations
@@ -49,12 +50,18 @@ def heldout_examples():
 
 
 @pytest.fixture(scope="module")
+def novel_examples():
+    return make_examples("novel", 300, 7)
+
+
+@pytest.fixture(scope="module")
 def tok():
     return load_tokenizer()
 
 
-def _both(train_examples, heldout_examples):
-    return [("train", train_examples), ("heldout", heldout_examples)]
+def _splits(train_examples, heldout_examples, novel_examples):
+    return [("train", train_examples), ("heldout", heldout_examples),
+            ("novel", novel_examples)]
 
 
 # --------------------------------------------------------------------------- determinism
@@ -86,13 +93,13 @@ def test_train_generation_is_fast():
 
 # --------------------------------------------------------------------------- answers
 
-def test_every_call_is_valid_for_a_tool_in_the_block(train_examples, heldout_examples):
+def test_every_call_is_valid_for_a_tool_in_the_block(train_examples, heldout_examples, novel_examples):
     validators = {}
     for name, tool in TOOLS.items():
         cls = jsonschema.validators.validator_for(tool["parameters"])
         cls.check_schema(tool["parameters"])
         validators[name] = cls(tool["parameters"])
-    for _, examples in _both(train_examples, heldout_examples):
+    for _, examples in _splits(train_examples, heldout_examples, novel_examples):
         for ex in examples:
             names = [tool["name"] for tool in ex["tools"]]
             assert 1 <= len(names) <= task.MAX_TOOLS and len(set(names)) == len(names)
@@ -131,8 +138,8 @@ def test_target_text_and_ids_follow_the_spec(heldout_examples, tok):
         assert json.loads(inner) == ex["calls"]
 
 
-def test_kinds_and_both_kinds_of_empty_answer(train_examples, heldout_examples):
-    for split, examples in _both(train_examples, heldout_examples):
+def test_kinds_and_both_kinds_of_empty_answer(train_examples, heldout_examples, novel_examples):
+    for split, examples in _splits(train_examples, heldout_examples, novel_examples):
         kinds = Counter(example_kind(ex) for ex in examples)
         share = {kind: kinds[kind] / len(examples) for kind in task.KIND_WEIGHTS}
         assert share["single"] > 0.6, (split, share)
@@ -162,8 +169,8 @@ def test_unserved_requests_name_a_tool_missing_from_the_block(train_examples):
     assert seen > 100
 
 
-def test_free_strings_are_copied_verbatim(train_examples, heldout_examples):
-    for _, examples in _both(train_examples, heldout_examples):
+def test_free_strings_are_copied_verbatim(train_examples, heldout_examples, novel_examples):
+    for _, examples in _splits(train_examples, heldout_examples, novel_examples):
         for ex in examples:
             for call in ex["calls"]:
                 props = TOOLS[call["name"]]["parameters"]["properties"]
@@ -184,11 +191,12 @@ def _longest_literal(text: str) -> str:
     return max(re.split(r"\{\w+(?::\w+)?\}", text), key=len).strip().lower()
 
 
-def test_heldout_phrasings_never_occur_in_train(train_queries):
+@pytest.mark.parametrize("split", ["heldout", "novel"])
+def test_evaluation_phrasings_never_occur_in_train(train_queries, split):
     for name, splits in TEMPLATES.items():
-        assert len(splits["train"]) + len(splits["heldout"]) >= 6, name
-        assert len(splits["heldout"]) >= 3 and not set(splits["train"]) & set(splits["heldout"])
-        for text in splits["heldout"]:
+        assert len(splits["train"]) + len(splits[split]) >= 6, name
+        assert len(splits[split]) >= 3 and not set(splits["train"]) & set(splits[split])
+        for text in splits[split]:
             core = _longest_literal(text)
             assert len(core) >= 8, text                    # long enough to mean something
             hits = [q for q in train_queries if core in q]
@@ -197,6 +205,25 @@ def test_heldout_phrasings_never_occur_in_train(train_queries):
             assert not [q for q in train_queries if regex.fullmatch(q)], text
     for query in CHITCHAT["heldout"]:
         assert query.lower() not in train_queries
+
+
+def _words(text: str) -> set[str]:
+    """The literal words of a template (placeholders dropped), lower case."""
+    literal = re.sub(r"\{\w+(?::\w+)?\}", " ", text).lower()
+    return set(re.findall(r"[a-z0-9]+(?:['-][a-z0-9]+)*", literal))
+
+
+def test_heldout_wordings_use_only_train_words():
+    """The held-out split is a new wording of known words: every word of every held-out
+    template occurs in some train template of the task (any tool).  The novel split is the
+    one with unknown words: most of its templates have a word no train template has."""
+    train_words = set().union(*(_words(t) for s in TEMPLATES.values() for t in s["train"]))
+    for name, splits in TEMPLATES.items():
+        for text in splits["heldout"]:
+            assert _words(text) <= train_words, (name, text, _words(text) - train_words)
+    novel = [t for s in TEMPLATES.values() for t in s["novel"]]
+    unknown = [t for t in novel if _words(t) - train_words]
+    assert len(unknown) >= 0.9 * len(novel), set(novel) - set(unknown)
 
 
 def _heldout_strings() -> list[str]:
@@ -215,13 +242,15 @@ def test_heldout_values_never_occur_in_train(train_queries):
         assert not numbers & HELDOUT_INTS, query
 
 
-def test_heldout_examples_use_heldout_values(heldout_examples):
-    """The held-out split draws its values from the held-out pools only."""
+@pytest.mark.parametrize("split", ["heldout", "novel"])
+def test_evaluation_examples_use_heldout_values(split, heldout_examples, novel_examples):
+    """Both evaluation splits draw their values from the held-out pools only."""
+    examples = heldout_examples if split == "heldout" else novel_examples
     heldout = {v for pool in POOLS.values() for v in pool["heldout"]}
     train = {v for pool in POOLS.values() for v in pool["train"]}
-    keys = {(tools_text(ex), ex["query"]) for ex in heldout_examples}
-    assert len(keys) == len(heldout_examples)             # no duplicates
-    for ex in heldout_examples:
+    keys = {(tools_text(ex), ex["query"]) for ex in examples}
+    assert len(keys) == len(examples)                     # no duplicates
+    for ex in examples:
         for call in ex["calls"]:
             for key, value in call["arguments"].items():
                 if key in ("room", "state", "activity"):      # enums: shared by definition
@@ -229,14 +258,15 @@ def test_heldout_examples_use_heldout_values(heldout_examples):
                 assert value in heldout and value not in train, (key, value)
 
 
-def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, tok):
+def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, novel_examples,
+                                                          tok):
     """A model can only write a token it was trained to write: every piece of a held-out
     answer (new names, new numbers) also occurs in some answer of the demo recipe's training
     set (train/recipes/needle2-demo.json: its examples and data seed)."""
     recipe = json.loads((ROOT / "train" / "recipes" / "needle2-demo.json").read_text())
     train = make_examples("train", recipe["train"]["examples"], recipe["data_seed"])
     seen = {i for ex in train for i in tok.encode(target_text(ex))}
-    for ex in heldout_examples:
+    for ex in heldout_examples + novel_examples:
         missing = {tok.id_to_piece(i) for i in tok.encode(target_text(ex))} - {
             tok.id_to_piece(i) for i in seen}
         assert not missing, (missing, target_text(ex))
@@ -244,8 +274,8 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, tok)
 
 # --------------------------------------------------------------------------- prompt and demo
 
-def test_prompts_fit_300_tokens(train_examples, heldout_examples, tok):
-    for examples in (train_examples[:2000], heldout_examples):
+def test_prompts_fit_300_tokens(train_examples, heldout_examples, novel_examples, tok):
+    for examples in (train_examples[:2000], heldout_examples, novel_examples):
         for ex in examples:
             assert len(encode(ex, tok)[0]) <= 300, ex["query"]
 
@@ -284,19 +314,21 @@ def test_demo_query_is_in_train_distribution(train_examples, tok):
 
 # --------------------------------------------------------------------------- committed eval set
 
-def _documented_command() -> list[str]:
+def _documented_commands() -> list[list[str]]:
     readme = (EVAL_DIR / "README.md").read_text(encoding="utf-8")
-    line = re.search(r"^python -m train\.task .*$", readme, re.MULTILINE)
-    assert line, "demo/eval/README.md does not show the command"
-    return line.group(0).split()
+    lines = re.findall(r"^python -m train\.task .*$", readme, re.MULTILINE)
+    assert lines, "demo/eval/README.md does not show the commands"
+    return [line.split() for line in lines]
 
 
-def test_committed_heldout_is_the_documented_command(tmp_path):
-    command = _documented_command()
-    assert command[-2:] == ["-o", "demo/eval/heldout.jsonl"]
-    out = tmp_path / "heldout.jsonl"
-    subprocess.run([sys.executable, *command[1:-1], str(out)], cwd=ROOT, check=True)
-    committed = (EVAL_DIR / "heldout.jsonl").read_bytes()
-    assert out.read_bytes() == committed
-    examples = [json.loads(line) for line in committed.decode("utf-8").splitlines()]
-    assert examples == make_examples("heldout", 300, 7)
+def test_committed_eval_sets_are_the_documented_commands(tmp_path):
+    commands = _documented_commands()
+    assert [c[-1] for c in commands] == ["demo/eval/heldout.jsonl", "demo/eval/novel.jsonl"]
+    for command, split in zip(commands, ["heldout", "novel"]):
+        assert command[-2] == "-o" and command[command.index("--split") + 1] == split
+        out = tmp_path / f"{split}.jsonl"
+        subprocess.run([sys.executable, *command[1:-1], str(out)], cwd=ROOT, check=True)
+        committed = (EVAL_DIR / f"{split}.jsonl").read_bytes()
+        assert out.read_bytes() == committed, split
+        examples = [json.loads(line) for line in committed.decode("utf-8").splitlines()]
+        assert examples == make_examples(split, 300, 7)
