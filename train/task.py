@@ -256,18 +256,29 @@ CONNECTORS = (" and ", ", then ", " and then ", ", also ", " and also ")
 
 # --------------------------------------------------------------------------- slots
 
-#: Share of training free strings that are invented (pronounceable nonsense names and word
-#: salads) rather than drawn from the pools: a model that only ever sees a hundred cities
-#: learns them by heart; one that must also copy "Tavoreki" learns to copy, which is what an
-#: unseen held-out value needs.  Held-out values always come from the held-out pools.
-INVENTED_SHARE = 0.5
+#: Share of training free strings that are invented (nonsense names and word salads) rather
+#: than drawn from the pools: a model that only ever sees a hundred cities learns them by
+#: heart; one that must also copy "Tavoreki" learns to copy, which is what an unseen held-out
+#: value needs.  Held-out values always come from the held-out pools.
+INVENTED_SHARE = 0.7
+
+#: Share of invented words that are random letters ("Qzdurw") rather than pronounceable
+#: syllables.  With syllables only, the second demo model guessed names from their first
+#: letter ("Tariq" -> "Tomi", "Lagos" -> "Lago": invented names end in a vowel) instead of
+#: copying them; a random-letter word cannot be guessed, only copied.
+RANDOM_LETTERS_SHARE = 0.5
 _SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou") + ("an", "el", "or", "ush")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _FILLER = ("the", "a", "is", "on", "at", "in", "my", "your", "we", "it", "now", "soon", "home",
            "back", "late", "ready", "done", "here", "there", "up", "out", "all", "good", "new")
 
 
 def _invented_word(rng) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 2, 3)))).capitalize()
+    if rng.random() < RANDOM_LETTERS_SHARE:
+        word = "".join(rng.choice(_LETTERS) for _ in range(rng.randint(3, 6)))
+    else:
+        word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+    return word.capitalize()
 
 
 def invented_value(rng, kind: str) -> str:
