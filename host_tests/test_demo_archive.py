@@ -1,9 +1,10 @@
-"""The bundled demo archive (issue 15 item 3): the committed trained Needle 2 is the one its
-manifest describes, and it makes the right call for the demo query.
+"""The bundled demo archives (issue 15 item 3): each committed trained model (Needle 2, the
+default archive of every build, and Needle 3) is the one its manifest describes, and it makes
+the right call for the demo query.
 
-demo/needle2-demo.json is the manifest: the recipe it was trained with (byte-equal to the
-committed recipe), its size and SHA-256, and the accuracy measured when it was made.  CI does
-not retrain; these tests pin what was committed.
+demo/<name>.json is the manifest: the recipe it was trained with (byte-equal to the committed
+recipe), its size and SHA-256, and the training time and curve.  CI does not retrain; these
+tests pin what was committed.
 """
 
 from __future__ import annotations
@@ -15,45 +16,71 @@ from pathlib import Path
 import pytest
 
 from generator.archive import reader
+from generator.archive.format import TAGS
 from generator.commands import evaluate
-from generator.commands.synth import _n2
+from generator.commands.synth import _n2, _n3
 from generator.tools.schema import compile_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo"
-ARCHIVE = DEMO / "needle2-demo.cact"
-MANIFEST = json.loads((DEMO / "needle2-demo.json").read_text())
 DEMO_QUERY = "what's the weather like in Lagos right now?"
+NAMES = ["needle2-demo", "needle3-demo"]
 
 
-def test_archive_is_the_one_the_manifest_names():
-    data = ARCHIVE.read_bytes()
-    assert len(data) == MANIFEST["bytes"]
-    assert hashlib.sha256(data).hexdigest() == MANIFEST["sha256"]
+def _manifest(name: str) -> dict:
+    return json.loads((DEMO / f"{name}.json").read_text())
 
 
-def test_manifest_recipe_is_the_committed_recipe():
-    recipe = json.loads((ROOT / MANIFEST["recipe_path"]).read_text())
-    assert recipe == MANIFEST["recipe"]
+def _archive(name: str) -> bytes:
+    return (DEMO / f"{name}.cact").read_bytes()
 
 
-def test_header_is_the_recipes_geometry():
-    g = MANIFEST["recipe"]["geometry"]
-    want = _n2(g["vocab"], g["d_model"], g["num_heads"], g["num_kv_heads"], g["head_dim"], g["num_layers"],
-               g["max_seq_len"], g["mhc_lanes"], g["engram_slots"], g["engram_sub_dim"],
-               g["num_engram_tables"], tuple(g["engram_orders"]), tuple(g["engram_sites"]), g["kv_window"])
-    h = reader.read(ARCHIVE.read_bytes()).header
+@pytest.mark.parametrize("name", NAMES)
+def test_archive_is_the_one_the_manifest_names(name):
+    data, manifest = _archive(name), _manifest(name)
+    assert manifest["archive"] == f"{name}.cact"
+    assert len(data) == manifest["bytes"]
+    assert hashlib.sha256(data).hexdigest() == manifest["sha256"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_manifest_recipe_is_the_committed_recipe(name):
+    manifest = _manifest(name)
+    assert manifest["recipe_path"] == f"train/recipes/{name}.json"
+    assert json.loads((ROOT / manifest["recipe_path"]).read_text()) == manifest["recipe"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header_is_the_recipes_geometry(name):
+    recipe = _manifest(name)["recipe"]
+    g = recipe["geometry"]
+    if recipe["generation"] == 2:
+        want = _n2(g["vocab"], g["d_model"], g["num_heads"], g["num_kv_heads"], g["head_dim"],
+                   g["num_layers"], g["max_seq_len"], g["mhc_lanes"], g["engram_slots"],
+                   g["engram_sub_dim"], g["num_engram_tables"], tuple(g["engram_orders"]),
+                   tuple(g["engram_sites"]), g["kv_window"])
+    else:
+        want = _n3(g["vocab"], g["out_vocab"], g["d_model"], g["num_heads"], g["num_kv_heads"],
+                   g["qk_head_dim"], g["v_head_dim"], g["num_layers"], g["max_seq_len"],
+                   g["mhc_lanes"], g["sliding_window"], tuple(g["global_layers"]),
+                   g["qkv_conv_taps"], g["engram_slots"], g["engram_sub_dim"],
+                   g["num_engram_tables"], tuple(g["engram_orders"]), tuple(g["engram_sites"]),
+                   g["kv_window"], seed_heads=g["engram_seed_heads"])
+    h = reader.read(_archive(name)).header
+    assert TAGS[h["tag"]] == recipe["generation"]
     assert {k: h[k] for k in want} == pytest.approx(want)
 
 
 @pytest.mark.parametrize("grammar", [True, False], ids=["grammar", "raw"])
-def test_demo_query_gets_the_right_call(grammar):
-    """What `./setup` prints on the Pi Zero (the engine is bit-identical to the a8 reference):
-    get_weather with city Lagos, with and without constrained decoding."""
+@pytest.mark.parametrize("name", NAMES)
+def test_demo_query_gets_the_right_call(name, grammar):
+    """What `./setup` prints on the Pi Zero for the default archive (the engine is
+    bit-identical to the a8 reference): get_weather with city Lagos, with and without
+    constrained decoding; the Needle 3 demo answers the same."""
     tools = json.loads((DEMO / "tools.json").read_text())
     ex = evaluate.Example(tools=tools, tools_text=json.dumps(tools, separators=(",", ":")), query=DEMO_QUERY,
                           calls=[{"name": "get_weather", "arguments": {"city": "Lagos"}}],
                           grammar=compile_tools(json.dumps(tools)), line=1)
-    ref = evaluate.Reference(reader.read(ARCHIVE.read_bytes()), "a8")
+    ref = evaluate.Reference(reader.read(_archive(name)), "a8")
     text = ref.answer(ex, grammar, 64)
     assert evaluate.parse_calls(text) == ex.calls, text
