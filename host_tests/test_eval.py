@@ -308,10 +308,21 @@ def test_scons_eval_refusals(tmp_path, args, text):
 
 
 def test_scons_eval_names_the_missing_default_data(tmp_path):
-    if (ROOT / ev.DEFAULT_DATA).exists():
-        pytest.skip(f"{ev.DEFAULT_DATA} exists")
-    proc = scons("board=host", "eval=1", f"build={tmp_path / 'b'}", check=False)
-    assert_refused(proc, f"eval=1 reads {ev.DEFAULT_DATA} unless eval_data=FILE says otherwise")
+    """In a tree without demo/eval (deleted, or a trimmed copy), eval=1 without eval_data=
+    names the missing file and the way out.  Run in a copy of what SConstruct reads."""
+    import shutil
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("SConstruct", "site_scons", "generator", "templates", "firmware", "boards", "demo"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", "eval"))
+        else:
+            shutil.copy2(src, tree / name)
+    assert not (tree / ev.DEFAULT_DATA).exists()
+    proc = scons("board=host", "eval=1", f"build={tmp_path / 'b'}", cwd=tree, check=False)
+    assert_refused(proc, f"eval=1 reads {ev.DEFAULT_DATA} unless eval_data=FILE says otherwise, and it is missing")
+    assert "demo/eval/README.md" in proc.stderr
     assert "eval_data=host_tests/data/eval_sample.jsonl" in proc.stderr
 
 
