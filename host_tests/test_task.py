@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
@@ -273,6 +274,27 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
 
 
 # --------------------------------------------------------------------------- prompt and demo
+
+@lru_cache(maxsize=None)
+def _longest_encoded(n: int, seed: int) -> tuple[int, int]:
+    """(longest prompt + answer, longest answer) in tokens over a recipe's training set (the
+    two demo recipes share theirs: computed once)."""
+    tok = load_tokenizer()
+    lengths = [tuple(map(len, encode(ex, tok))) for ex in make_examples("train", n, seed)]
+    return max(p + a for p, a in lengths), max(a for _, a in lengths)
+
+
+@pytest.mark.parametrize("name", ["needle2-demo", "needle3-demo"])
+def test_every_recipe_example_fits_the_recipes_lengths(name, tok):
+    """The trainer refuses a run whose data outgrow seq_len/ans_len (one line, at start); a
+    task change that lengthens the answers (longer invented words) must fail here, in CI,
+    not an hour into retraining."""
+    recipe = json.loads((ROOT / "train" / "recipes" / f"{name}.json").read_text())
+    t = recipe["train"]
+    longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"])
+    assert longest_seq <= t["seq_len"] and longest_answer <= t["ans_len"], (longest_seq, longest_answer)
+    assert longest_seq <= recipe["geometry"]["max_seq_len"]
+
 
 def test_prompts_fit_300_tokens(train_examples, heldout_examples, novel_examples, tok):
     for examples in (train_examples[:2000], heldout_examples, novel_examples):
