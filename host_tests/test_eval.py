@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -310,7 +311,6 @@ def test_scons_eval_refusals(tmp_path, args, text):
 def test_scons_eval_names_the_missing_default_data(tmp_path):
     """In a tree without demo/eval (deleted, or a trimmed copy), eval=1 without eval_data=
     names the missing file and the way out.  Run in a copy of what SConstruct reads."""
-    import shutil
     tree = tmp_path / "tree"
     tree.mkdir()
     for name in ("SConstruct", "site_scons", "generator", "templates", "firmware", "boards", "demo"):

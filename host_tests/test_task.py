@@ -50,6 +50,12 @@ def heldout_examples():
     return make_examples("heldout", 300, 7)
 
 
+@lru_cache(maxsize=None)
+def _recipe_train(n: int, seed: int) -> tuple:
+    """A demo recipe's training set (made once: two tests read it)."""
+    return tuple(make_examples("train", n, seed))
+
+
 @pytest.fixture(scope="module")
 def novel_examples():
     return make_examples("novel", 300, 7)
@@ -265,7 +271,7 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
     answer (new names, new numbers) also occurs in some answer of the demo recipe's training
     set (train/recipes/needle2-demo.json: its examples and data seed)."""
     recipe = json.loads((ROOT / "train" / "recipes" / "needle2-demo.json").read_text())
-    train = make_examples("train", recipe["train"]["examples"], recipe["data_seed"])
+    train = _recipe_train(recipe["train"]["examples"], recipe["data_seed"])
     seen = {i for ex in train for i in tok.encode(target_text(ex))}
     for ex in heldout_examples + novel_examples:
         missing = {tok.id_to_piece(i) for i in tok.encode(target_text(ex))} - {
@@ -280,12 +286,12 @@ def _longest_encoded(n: int, seed: int) -> tuple[int, int]:
     """(longest prompt + answer, longest answer) in tokens over a recipe's training set (the
     two demo recipes share theirs: computed once)."""
     tok = load_tokenizer()
-    lengths = [tuple(map(len, encode(ex, tok))) for ex in make_examples("train", n, seed)]
+    lengths = [tuple(map(len, encode(ex, tok))) for ex in _recipe_train(n, seed)]
     return max(p + a for p, a in lengths), max(a for _, a in lengths)
 
 
 @pytest.mark.parametrize("name", ["needle2-demo", "needle3-demo"])
-def test_every_recipe_example_fits_the_recipes_lengths(name, tok):
+def test_every_recipe_example_fits_the_recipes_lengths(name):
     """The trainer refuses a run whose data outgrow seq_len/ans_len (one line, at start); a
     task change that lengthens the answers (longer invented words) must fail here, in CI,
     not an hour into retraining."""
