@@ -156,22 +156,25 @@ def count_log(path: str) -> int:
     return total
 
 
-def count_instructions(emulator: list[str], binary: str | list[str], n: int, singlestep: bool = False) -> int:
-    """Instructions one `--bench n` run executes (NEEDLE_BENCH=count: no clock, no memcpy).
+def count_instructions(emulator: list[str], binary: str | list[str], n: int, singlestep: bool = False,
+                       mode: str = "count") -> int:
+    """Instructions one `--bench n` run executes (NEEDLE_BENCH=count: 2n single steps, no
+    clock, no memcpy; count-prefill: only the n-token prompt, through needle_prefill).
     `binary` may carry the engine's own leading options (`--archive PATH` on placement-file
     boards)."""
     binary = [binary] if isinstance(binary, str) else list(binary)
-    return count_instructions_of(emulator, [*binary, "--bench", str(n)], singlestep)
+    return count_instructions_of(emulator, [*binary, "--bench", str(n)], singlestep, mode)
 
 
-def count_instructions_of(emulator: list[str], command: list[str], singlestep: bool = False) -> int:
+def count_instructions_of(emulator: list[str], command: list[str], singlestep: bool = False,
+                          mode: str = "count") -> int:
     """Guest instructions one run of `command` (program and arguments) executes under the
     qemu-user `emulator`."""
     with tempfile.TemporaryDirectory(prefix="needle-count-") as tmp:
         log = os.path.join(tmp, "exec.log")
         flags = (["-singlestep", "-d", "exec,nochain"] if singlestep else ["-d", "in_asm,exec,nochain"])
         cmd = [emulator[0], *flags, "-D", log, *emulator[1:], *command]
-        env = dict(os.environ, NEEDLE_BENCH="count")
+        env = dict(os.environ, NEEDLE_BENCH=mode)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
         if proc.returncode:
             raise CactError(f"instruction count run failed: {proc.stderr.strip() or proc.returncode}")
@@ -188,6 +191,14 @@ def per_token(emulator: list[str], binary: list[str], n: int) -> tuple[int, list
     counts = [count_instructions(emulator, binary, k) for k in (lo, n, lo, n)]
     steps = 2 * (n - lo)
     return round((counts[1] - counts[0]) / steps), counts
+
+
+def prefill_per_token(emulator: list[str], binary: list[str], n: int, step: int) -> tuple[int, list[int]]:
+    """(instructions per prompt token of an n-token needle_prefill, the raw counts): the
+    prompt's count with start-up removed, start-up being a one-token prompt's count less one
+    decode step; every pass's weight unpacking and the last token's output head included."""
+    counts = [count_instructions(emulator, binary, k, mode="count-prefill") for k in (1, n)]
+    return round((counts[1] - counts[0] + step) / n), counts
 
 
 # ---- the two benchmarks ----------------------------------------------------------------
@@ -301,10 +312,14 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
         scalar, scalar_counts = per_token(emulator, sbin, n)
     else:
         sbin, scalar, scalar_counts = binary, fast, fast_counts
+    pn = min(4 * n, a.header["max_seq_len"] // 2)   # a prompt of several passes on small-RAM boards
+    prefill, prefill_counts = prefill_per_token(emulator, binary, pn, fast)
     macs = macs_per_token(a)
     result = {
         "archive": archive_path, "board": board["name"], "kernels": fam, "tokens": n,
         "instructions_per_token": fast, "instructions_per_token_scalar": scalar,
+        "prefill_instructions_per_token": prefill, "prefill_tokens": pn,
+        "prefill_to_decode": round(prefill / fast, 3),
         "instructions_per_token_repeat": fast2,
         "repeatable": fast_counts[0] == fast_counts[2] and fast_counts[1] == fast_counts[3]
                       and scalar_counts[0] == scalar_counts[2] and scalar_counts[1] == scalar_counts[3],
@@ -312,7 +327,7 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
         "macs_per_token": macs,
         "macs_per_instruction": round(macs / fast, 3),
         "macs_per_instruction_scalar": round(macs / scalar, 3),
-        "counts": {"fast": fast_counts, "scalar": scalar_counts,
+        "counts": {"fast": fast_counts, "scalar": scalar_counts, "prefill": prefill_counts,
                    "tokens": [max(1, n // 2), n, max(1, n // 2), n]},
         "engine_text": engine_text(binary[0]), "engine_text_scalar": engine_text(sbin[0]),
     }
@@ -321,6 +336,8 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
     print(f"  {fam:12s} {fast:12,d}  ({result['macs_per_instruction']:.3f} MAC/instruction)")
     print(f"  {'scalar':12s} {scalar:12,d}  ({result['macs_per_instruction_scalar']:.3f} MAC/instruction)")
     print(f"  ratio {result['instruction_ratio']:.2f}x; repeatable: {result['repeatable']}")
+    print(f"  prefill of a {pn}-token prompt (needle_prefill): {prefill:,d} instructions per token, "
+          f"{result['prefill_to_decode']:.2f} of a decode step")
     return result
 
 

@@ -78,6 +78,14 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
                     ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], tmp_path, name)
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
+    # batched prefill (the board's own chunk) of all but the last 3 tokens, then 3 steps: the
+    # same rows (host_tests/test_prefill.py covers chunk sizes, threads and both GEMM forms)
+    k = len(meta["tokens"]) - 3
+    proc = run_on(board, built[board_name, name], ["--tokens", ",".join(map(str, meta["tokens"])), "--prefill", k,
+                                                    "--logits", "prefill.f32"], tmp_path, name)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(tmp_path / "prefill.f32", dtype="<f4").reshape(4, want.shape[1])
+    assert np.array_equal(got, want[k - 1:])
 
 
 _TWIN: dict = {}

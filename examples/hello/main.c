@@ -88,9 +88,8 @@ int main(int argc, char **argv)
     if (max_new > NEEDLE_MAX_SEQ - fed) max_new = NEEDLE_MAX_SEQ - fed;
 
     /* 3. prefill, then greedy decoding until EOS or max_new tokens */
-    const float *logits = NULL;
-    for (uint32_t i = 0; i < fed; i++)
-        if (!(logits = needle_step(ids[i]))) return fail("engine", needle_error());
+    const float *logits = needle_prefill(ids, fed);   /* the whole prompt, NEEDLE_PREFILL_CHUNK tokens per pass */
+    if (!logits) return fail("engine", needle_error());
     uint32_t made = 0;
     say_str("ids: ");
     for (; made < max_new; made++) {

@@ -55,25 +55,29 @@ int needle_bench(uint32_t tokens)
 {
     if (2 * tokens > NEEDLE_MAX_SEQ) tokens = NEEDLE_MAX_SEQ / 2;
     const char *mode = getenv("NEEDLE_BENCH");
-    const int count = mode && !strcmp(mode, "count");
+    const int count = mode && !strncmp(mode, "count", 5), prefill_only = mode && !strcmp(mode, "count-prefill");
+    static uint32_t ids[NEEDLE_MAX_SEQ];       /* the prompt: BOS, then (t * 2654435761) mod vocab */
+    for (uint32_t t = 0; t < tokens; t++) ids[t] = t == 0 ? NEEDLE_BOS_ID : (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB);
     const float *lg = 0;
     needle_reset();
     if (count) {               /* deterministic: no clock, no memcpy, no float printing, and
-                                * one thread (waiting workers would add a varying count) */
+                                * one thread (waiting workers would add a varying count).
+                                * count: 2N single steps; count-prefill: the N-token prompt only,
+                                * fed as needle_prefill does it (bench/host.py subtracts start-up) */
         needle_set_threads(1);
-        uint32_t id = NEEDLE_BOS_ID;
-        for (uint32_t t = 0; t < 2 * tokens; t++) {
-            if (t > 0) id = t < tokens ? (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB) : argmax(lg);
-            if (!(lg = needle_step(id))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
+        if (prefill_only) {
+            if (!(lg = needle_prefill(ids, tokens))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
+        } else {
+            for (uint32_t t = 0; t < 2 * tokens; t++) {
+                uint32_t id = t < tokens ? ids[t] : argmax(lg);
+                if (!(lg = needle_step(id))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
+            }
         }
         printf("{\"tokens\": %u, \"last\": %u, \"kernels\": \"%s\"}\n", tokens, argmax(lg), NK_KERNELS);
         return 0;
     }
     double t0 = now();
-    for (uint32_t t = 0; t < tokens; t++) {
-        uint32_t id = t == 0 ? NEEDLE_BOS_ID : (uint32_t)((t * 2654435761u) % NEEDLE_VOCAB);
-        if (!(lg = needle_step(id))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
-    }
+    if (!(lg = needle_prefill(ids, tokens))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }
     double t1 = now();
     for (uint32_t t = 0; t < tokens; t++)
         if (!(lg = needle_step(argmax(lg)))) { fprintf(stderr, "needle: error: %s\n", needle_error()); return 2; }

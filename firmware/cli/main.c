@@ -12,6 +12,8 @@
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
  *   needle --tokens 2,17,5 [--logits FILE]      teacher-forced; logits as raw LE float32 [T][vocab]
+ *          [--prefill K]                        ... the first K ids fed as one prompt (needle_prefill):
+ *                                               rows from position K-1 on, [T-K+1][vocab]
  *          [--heads FILE]                       ... and every probe head's output (LE float32,
  *                                               manifest order; engines built with head_tokens=N)
  *   needle --serve [--socket PATH]              service: JSON-line requests on standard input (or
@@ -152,7 +154,7 @@ static int write_heads(const char *path)
 }
 
 /* Teacher-forced run of a comma-separated id list; optionally dump every position's logits. */
-static int run_tokens(const char *list, const char *logits_path, const char *heads_path)
+static int run_tokens(const char *list, const char *logits_path, const char *heads_path, uint32_t prefill)
 {
     uint32_t n = 0;
     const char *p = list;
@@ -170,6 +172,7 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
         if (*p == ',' && !*++p) return hal_fail(2, "--tokens: list ends with a comma");
     }
     if (n == 0) return hal_fail(2, "--tokens: empty list");
+    if (prefill > n) return hal_fail(2, "--prefill %u: the --tokens list has only %u ids", prefill, n);
     if (heads_path) {   /* refuse before running anything or creating a file */
         if (NEEDLE_HEAD_COUNT == 0)
             return hal_fail(2, "--heads: this engine has no probe heads (rebuild with head_tokens=N, or drop --heads)");
@@ -180,8 +183,8 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
     void *out = NULL;
     if (logits_path && !(out = hal_create(logits_path)))
         return hal_fail(1, "cannot write %s: %s", logits_path, hal_reason());
-    for (uint32_t t = 0; t < n; t++) {
-        const float *lg = needle_step(ids[t]);
+    for (uint32_t t = prefill ? prefill - 1u : 0u; t < n; t++) {
+        const float *lg = prefill && t == prefill - 1u ? needle_prefill(ids, prefill) : needle_step(ids[t]);
         if (!lg) { hal_fail(2, "%s", needle_error()); return discard(out, logits_path, 2); }
         if (out) {
             if (write_le_floats(out, lg, NEEDLE_OUT_VOCAB)) {   /* little-endian on every host */
@@ -189,7 +192,7 @@ static int run_tokens(const char *list, const char *logits_path, const char *hea
                 return discard(out, logits_path, 1);
             }
         } else {
-            hal_printf("%s%u", t ? "," : "", (unsigned)needle_argmax(lg, NEEDLE_OUT_VOCAB));
+            hal_printf("%s%u", t > (prefill ? prefill - 1u : 0u) ? "," : "", (unsigned)needle_argmax(lg, NEEDLE_OUT_VOCAB));
             if (hal_out_status()) return fail_stdout();
         }
     }
@@ -298,8 +301,7 @@ static int snapshot_save(const char *path)
     uint32_t end = 0;
     for (uint32_t i = 1; i <= (uint32_t)n && !end; i++) if (close >= 0 && ids[i] == (uint32_t)close) end = i + 1u;
     if (!end) return hal_fail(2, "the tokenizer has no </tools> marker, so no prefix is constant: build with snapshot=0");
-    for (uint32_t t = 0; t < end; t++)
-        if (!needle_step(ids[t])) return hal_fail(2, "%s", needle_error());
+    if (!needle_prefill(ids, end)) return hal_fail(2, "%s", needle_error());
     snapshot_sink sink = { hal_create(path), 0 };
     if (!sink.file) return hal_fail(1, "cannot create %s: %s", path, hal_reason());
     size_t bytes = needle_snapshot_save(ids, snapshot_put, &sink);
@@ -315,7 +317,7 @@ static void usage(void)
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
           "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
-          "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE]\n"
+          "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE] [--prefill K]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
 #ifdef NEEDLE_TOOLS_BUILTIN
@@ -349,12 +351,12 @@ static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL, *date = NULL;
-    uint32_t max_new = 96, bench = 0, threads = 0;
+    uint32_t max_new = 96, bench = 0, threads = 0, prefill = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
-                                        "--raw", "--force-call", "--reply", "--snapshot-save", "--date" };
+                                        "--raw", "--force-call", "--reply", "--snapshot-save", "--date", "--prefill" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -369,11 +371,15 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
                           : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply
                           : !strcmp(a, "--snapshot-save") ? &snapshot : !strcmp(a, "--date") ? &date : NULL;
-        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads")) {
+        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads") || !strcmp(a, "--prefill")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--max-new")) max_new_given = 1;
             if (slot) *slot = v;
+            else if (!strcmp(a, "--prefill")) {
+                if (parse_u32(v, NEEDLE_MAX_SEQ, &prefill) || prefill == 0)
+                    return hal_fail(2, "--prefill wants an integer between 1 and %u, not \"%s\"", NEEDLE_MAX_SEQ, v);
+            }
             else if (!strcmp(a, "--threads")) {
                 if (parse_u32(v, NEEDLE_THREADS, &threads) || threads == 0)
                     return hal_fail(2, "--threads wants an integer between 1 and %u (this engine's NEEDLE_THREADS; "
@@ -414,7 +420,7 @@ static int cli(int argc, char **argv)
     if (serving && (system || plain_markers || print_ids || logits || heads))
         return hal_fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
                        "and the rest come with each request (docs/serve.md)");
-    if ((logits || heads) && !tokens) return hal_fail(2, "--logits and --heads go with --tokens");
+    if ((logits || heads || prefill) && !tokens) return hal_fail(2, "--logits, --heads and --prefill go with --tokens");
     if (system && (!query || serving)) return hal_fail(2, "--system goes with --query");
     if (date && (!query || serving)) return hal_fail(2, "--date goes with --query (a service request takes \"date\")");
     static char today[32], facts[PROMPT_MAX + 1];
@@ -476,7 +482,7 @@ static int cli(int argc, char **argv)
         int rc = needle_bench(bench);
         return rc == 0 && hal_out_status() ? fail_stdout() : rc;
     }
-    if (tokens) return run_tokens(tokens, logits, heads);
+    if (tokens) return run_tokens(tokens, logits, heads, prefill);
 #ifdef NEEDLE_TOOLS_BUILTIN
     if (snapshot) return snapshot_save(snapshot);
 #endif

@@ -83,8 +83,7 @@ static int embed(const char *text, size_t n, float *v, const char *what, uint32_
                     " tokens (rebuild with a larger head_tokens=N)");
     needle_reset();
     *tokens += (uint32_t)k + 1u;
-    for (uint32_t t = 0; t <= (uint32_t)k; t++)
-        if (!needle_step(embed_ids[t])) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);
+    if (!needle_prefill(embed_ids, (uint32_t)k + 1u)) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);
     uint32_t len;
     const float *e = needle_head(1u, &len);
     if (!e) return fail(err, errcap, needle_error(), 0, NULL, 0, NULL);

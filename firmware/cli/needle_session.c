@@ -31,8 +31,7 @@ int needle_generate_ids(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new
     res->stop = NEEDLE_STOP_MAX_NEW;
     int32_t cached = needle_prefix_restore(prompt_ids, n);   /* the built-in tools' prefix, from flash */
     if (cached < 0) return -1;
-    for (uint32_t t = (uint32_t)cached; t < n; t++)
-        if (!(lg = needle_step(prompt_ids[t]))) return -1;
+    if ((uint32_t)cached < n && !(lg = needle_prefill(prompt_ids + cached, n - (uint32_t)cached))) return -1;
     if (hooks->prefilled) hooks->prefilled(hooks->ctx);
     /* The last chosen token is never fed, so the positions run up to NEEDLE_MAX_SEQ - 1 and
      * the context has room for NEEDLE_MAX_SEQ - position tokens. */

@@ -247,8 +247,8 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     int32_t cached = needle_prefix_restore(ids, n);
     if (cached < 0) return FAIL(err, errcap, needle_error());
     const float *lg = NULL;
-    for (uint32_t t = (uint32_t)cached; t < n; t++)
-        if (!(lg = needle_step(ids[t]))) return FAIL(err, errcap, needle_error());
+    if ((uint32_t)cached < n && !(lg = needle_prefill(ids + cached, n - (uint32_t)cached)))
+        return FAIL(err, errcap, needle_error());
     double t1 = seconds();
     uint32_t made = 0, from = 0, to = 0;
     int have_conf = 0, think_open = marker("<think>"), think_close = marker("</think>");

@@ -51,6 +51,7 @@ TOP_KEYS = {
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
     "package": (dict, False),
     "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
+    "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
     "grammar": (dict, False),
@@ -269,6 +270,8 @@ def load(name: str) -> dict:
     else:
         if "stack_bytes" in data or "regions" in data["memory"]:
             bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+    if "prefill_chunk" in data and not 1 <= data["prefill_chunk"] <= 256:
+        bad("prefill_chunk (tokens per prefill pass; 1: token by token) must be 1 to 256")
     if "cores" in data and (data["os"] != "linux" or not 1 <= data["cores"] <= 64):
         bad("cores (the threads an engine uses by default) is for Linux boards: 1 to 64")
     data.setdefault("console", "semihost")
@@ -336,26 +339,29 @@ def default_threads(board: dict) -> int:
 
 
 def engine_options(board: dict, kv_window: int | None = None, kernels: str | None = None,
-                   head_tokens: int = 0, threads: int | None = None, thread_grain: int | None = None):
-    """The code generator's options for this board (kernels: force a family; threads: None
-    for the board's default)."""
+                   head_tokens: int = 0, threads: int | None = None, thread_grain: int | None = None,
+                   prefill_chunk: int | None = None):
+    """The code generator's options for this board (kernels: force a family; threads and
+    prefill_chunk: None for the board's default)."""
     from generator.codegen import plan
     return plan.Options(board=board["name"], kv_window=kv_window,
                         kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
                         board_data=board, kernels=kernels or kernel_family(board),
                         head_tokens=head_tokens, threads=threads or default_threads(board),
+                        prefill_chunk=prefill_chunk if prefill_chunk is not None else board.get("prefill_chunk"),
                         **({"thread_grain": thread_grain} if thread_grain is not None else {}))
 
 
 def generate_engine(board: dict, archive_path: str, out_dir: str, incbin_path: str | None = None,
                     kv_window: int | None = None, kernels: str | None = None, head_tokens: int = 0,
-                    threads: int | None = None, thread_grain: int | None = None):
+                    threads: int | None = None, thread_grain: int | None = None,
+                    prefill_chunk: int | None = None):
     """Render the board's engine into out_dir, as `scons` and `python -m generator emit` do:
     the board's kernel family and text limit, a linker script on bare metal, a
     non-executable-stack note on Linux.  Returns the engine plan."""
     from generator.codegen import pipeline
     opts = engine_options(board, kv_window=kv_window, kernels=kernels, head_tokens=head_tokens,
-                          threads=threads, thread_grain=thread_grain)
+                          threads=threads, thread_grain=thread_grain, prefill_chunk=prefill_chunk)
     return pipeline.generate(archive_path, out_dir, opts, incbin_path=incbin_path,
                              gnu_stack=board["os"] == "linux")
 

@@ -81,7 +81,8 @@ def _engine_action(target, source, env):
                                         kernels=env.get("NEEDLE_KERNELS") or None,
                                         head_tokens=int(env.get("NEEDLE_HEAD_TOKENS", 0)),
                                         threads=int(env.get("NEEDLE_THREADS") or 0) or None,
-                                        thread_grain=int(env["NEEDLE_THREAD_GRAIN"]) if env.get("NEEDLE_THREAD_GRAIN", "") != "" else None)
+                                        thread_grain=int(env["NEEDLE_THREAD_GRAIN"]) if env.get("NEEDLE_THREAD_GRAIN", "") != "" else None,
+                                        prefill_chunk=int(env["NEEDLE_PREFILL_CHUNK"]) if env.get("NEEDLE_PREFILL_CHUNK", "") != "" else None)
     except CactError as exc:
         print(f"scons: error: {archive.path}: {exc}", file=sys.stderr)
         return 2
@@ -252,7 +253,7 @@ def generate(env):
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
                                    varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",
-                                            "NEEDLE_HEAD_TOKENS", "NEEDLE_THREADS", "NEEDLE_THREAD_GRAIN",
+                                            "NEEDLE_HEAD_TOKENS", "NEEDLE_THREADS", "NEEDLE_THREAD_GRAIN", "NEEDLE_PREFILL_CHUNK",
                                             "NEEDLE_KV_BUDGET"]),
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(

@@ -45,6 +45,7 @@ class Options:
     head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
     threads: int = 1                   # most threads a step uses (Linux boards: a pthread pool)
     thread_grain: int = 32768          # least weight bytes a thread takes when a product is split
+    prefill_chunk: int | None = None   # tokens per prefill pass (None: from the board's RAM)
 
 
 #: Placement `file`: the address the archive file is mapped at (boards may say otherwise),
@@ -252,6 +253,8 @@ class EnginePlan:
     kernel_family: str                  # templates/kernels/<family>.c.j2
     threads: int                        # NEEDLE_THREADS: 1, or a pool of threads - 1 workers
     thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
+    prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
+    gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     archive_tag: int                    # the archive's first word, checked at boot
@@ -548,6 +551,22 @@ def archive_map_address(board: dict) -> int:
 MAX_THREADS = 64
 
 
+#: How each kernel family batches a prefill product (README, Batched prefill): "scalar"
+#: unpacks each weight group once and takes a plain int8 dot per token; "blocked" runs the
+#: family's GEMV over row blocks that stay in L1 while every token passes.
+GEMM_FORM = {"scalar": "scalar"}
+
+
+def prefill_chunk(h: dict, opts: Options, window: int) -> int:
+    """Tokens per prefill pass: as given (scons prefill_chunk=N), else from the board's RAM."""
+    if opts.prefill_chunk is not None:
+        if not 1 <= opts.prefill_chunk <= 256:
+            raise CactError(f"prefill_chunk={opts.prefill_chunk}: give 1 to 256 tokens per pass")
+        return opts.prefill_chunk
+    ram = opts.board_data["memory"]["ram_bytes"] if opts.board_data else STATE_LIMIT_NO_BOARD
+    return geometry.default_prefill_chunk(h, ram, window)
+
+
 def check_threads(opts: Options) -> int:
     """The engine's thread count: 1 everywhere, up to MAX_THREADS on Linux boards."""
     n = opts.threads
@@ -605,6 +624,8 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         kernel_family=opts.kernels,
         threads=check_threads(opts),
         thread_grain=opts.thread_grain,
+        prefill_chunk=prefill_chunk(h, opts, window),
+        gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
         warnings=tuple(warnings),
         generation=gen,
         archive_tag=h["tag"],

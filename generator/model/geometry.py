@@ -143,6 +143,41 @@ def engram_history_bytes(h: dict) -> int:
     return h["num_engram_sites"] * (3 * h["engram_conv_dilation"] + 1) * h["d_model"] * 4
 
 
+#: Batched prefill (docs/numerics.md §12): the most tokens of one pass over the weights, and
+#: the share of the board's engine RAM the pass's per-token vectors may take.
+PREFILL_CHUNK_MAX = 32
+PREFILL_RAM_SHARE = 128
+
+
+def _a8_bytes(n: int) -> int:
+    """int8 codes of n values padded to 128-groups, and one f32 scale per group."""
+    groups = -(-n // 128)
+    return groups * 128 + groups * 4
+
+
+def prefill_token_bytes(h: dict, window: int) -> int:
+    """Bytes one token of a prefill pass carries between the products of a layer (the
+    engine's token_state; alignment padding aside), and its attention scores over `window`
+    positions."""
+    hq, hv = head_widths(h)
+    d, lanes, heads, kvh = h["d_model"], h["mhc_lanes"], h["num_heads"], h["num_kv_heads"]
+    sites = h["num_engram_sites"]
+    e = h["num_engram_tables"] * h["engram_sub_dim"]
+    floats = (1 + hq + lanes * d + 2 * lanes + lanes * lanes + 2 * d + heads * hq + kvh * hq
+              + kvh * hv + 2 * heads * hv + d + sites * 2 * d + heads * window + heads * hq)
+    return (4 * floats + _a8_bytes(lanes * d) + _a8_bytes(d) + _a8_bytes(heads * hv)
+            + sites * _a8_bytes(e))
+
+
+def default_prefill_chunk(h: dict, ram_bytes: int, window: int) -> int:
+    """Tokens per prefill pass: the largest power of two up to PREFILL_CHUNK_MAX whose
+    per-token vectors fit 1/PREFILL_RAM_SHARE of the board's engine RAM (1: token by token)."""
+    chunk = PREFILL_CHUNK_MAX
+    while chunk > 1 and chunk * prefill_token_bytes(h, window) > ram_bytes // PREFILL_RAM_SHARE:
+        chunk //= 2
+    return chunk
+
+
 def session_ram(h: dict, window: int | None = None) -> dict[str, int]:
     """Bytes of state a session needs, as the generated engine lays it out."""
     W = deployment_window(h) if window is None else window
