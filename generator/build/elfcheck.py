@@ -24,6 +24,10 @@ from generator.build import images
 from generator.errors import CactError
 
 HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign")
+#: The engine's state objects (needle_model.c): the sequence state, the KV rings, the probe
+#: heads' cells, and the prefill pass's per-token vectors and attention scratch.
+PREFILL_OBJECTS = ("tok", "pass_scores", "pass_query")
+STATE_OBJECTS = ("st", "kv_cache", "cells") + PREFILL_OBJECTS
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Report:
     cact_bytes: int = 0
     state_bytes: int | None = None
     kv_bytes: int = 0
+    prefill_bytes: int = 0             # the prefill pass's per-token vectors (tok, pass_scores, pass_query)
     prefix_bytes: int = 0          # the built-in tools' prefix snapshot (needle_prefix), in rodata
     stack_bytes: int | None = None   # deepest call path (bare metal: own code + library)
     stack_path: list = field(default_factory=list)
@@ -84,7 +89,8 @@ class Report:
                      f"rodata {rodata:,} + {'archive partition' if self.partition else '.cact'} {self.cact_bytes:,}")
         out = [f"memory report ({board}):", flash, self._ram_line()]
         if self.state_bytes is not None:
-            out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}")
+            out.append(f"        engine state {self.state_bytes:,} bytes, of which KV cache {self.kv_bytes:,}"
+                       + (f" and the prefill pass {self.prefill_bytes:,}" if self.prefill_bytes else ""))
         if self.prefix_bytes:
             out.append(f"        of rodata, prefix snapshot {self.prefix_bytes:,} bytes (docs/snapshot.md)")
         if self.stack_path:
@@ -625,12 +631,14 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
         if heap and not objects:
             raise CactError(f"the image references {', '.join(heap)}: needle-fw engines must not "
                             "use the heap (find the caller with `nm -u` / a linker map)")
-        for s in _symbols(elf):     # the engine's two static objects (needle_model.c)
+        for s in _symbols(elf):     # the engine's static objects (needle_model.c)
             if s.name == "needle_prefix":
                 rep.prefix_bytes = s["st_size"]
-            if s["st_info"]["type"] == "STT_OBJECT" and s.name in ("st", "kv_cache", "cells"):
+            if s["st_info"]["type"] == "STT_OBJECT" and s.name in STATE_OBJECTS:
                 if s.name == "kv_cache":
                     rep.kv_bytes = s["st_size"]
+                if s.name in PREFILL_OBJECTS:
+                    rep.prefill_bytes += s["st_size"]
                 rep.state_bytes = (rep.state_bytes or 0) + s["st_size"]
     if obj_dir:
         if board["os"] == "none" and ".stack" in rep.ram:
