@@ -343,7 +343,7 @@ def _read_callgraph(obj_dir: str) -> tuple[dict, dict]:
     edges: dict[str, set] = {}
     node_re = re.compile(r'node: \{ title: "([^"]+)" label: "([^"]*)"')
     edge_re = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
-    for f in glob.glob(os.path.join(obj_dir, "**", "*.ci"), recursive=True):
+    for f in sorted(glob.glob(os.path.join(obj_dir, "**", "*.ci"), recursive=True)):
         text = open(f, encoding="utf-8", errors="replace").read()
         for title, label in node_re.findall(text):
             m = re.search(r"(\d+) bytes", label)
@@ -416,7 +416,9 @@ def worst_stack(obj_dir: str, disasm: Disassembly | None = None, roots=ENTRY_POI
         if key in memo:
             return memo[key]
         best = (0, 0, [], [])          # total, library part, names, library names
-        for nxt in successors(key):
+        # sorted: of two equally deep paths the report and every later call name the same
+        # one (a set's order changes with each process's string hashing)
+        for nxt in sorted(successors(key)):
             if nxt in path:            # recursion would make the depth unbounded
                 if nxt[0] == "own" and key[0] == "own":
                     raise CactError(f"recursion through {_short(nxt[1])}: stack depth is unbounded")
