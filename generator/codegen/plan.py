@@ -255,6 +255,7 @@ class EnginePlan:
     thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
     prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
     gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
+    attention_lanes: int                # ATT_LANES: decode attention's positions side by side
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     archive_tag: int                    # the archive's first word, checked at boot
@@ -556,6 +557,12 @@ MAX_THREADS = 64
 #: family's GEMV over row blocks that stay in L1 while every token passes.
 GEMM_FORM = {"scalar": "scalar"}
 
+#: Positions whose scores a decode step accumulates side by side (README, Decode attention):
+#: eight independent sums where the family's cores run several float adds at once and the
+#: compiler vectorises the lanes; one (nk_dot's plain loop) on the in-order cores, where the
+#: keys' column layout only adds instructions (measured per family under emulation).
+ATTENTION_LANES = {"x86": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
+
 
 def prefill_chunk(h: dict, opts: Options, window: int) -> int:
     """Tokens per prefill pass: as given (scons prefill_chunk=N), else from the board's RAM."""
@@ -626,6 +633,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         thread_grain=opts.thread_grain,
         prefill_chunk=prefill_chunk(h, opts, window),
         gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
+        attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
         warnings=tuple(warnings),
         generation=gen,
         archive_tag=h["tag"],

@@ -1,0 +1,144 @@
+"""Where a decode step's instructions go, per function, on an emulated board.
+
+    .venv/bin/python -m bench.profile --board watch-m55 --build build/watch-m55 [--tokens 8]
+
+runs the board's image (qemu-user or qemu-system, as `scons run=1` does) twice, `--bench N`
+and `--bench N/2` (NEEDLE_BENCH=count on Linux boards), under `-d in_asm,exec,nochain`. QEMU
+logs each translated block's instructions once and names the function of every block it
+executes; the difference of the two runs, divided by the extra steps, is what one decode
+step (prefill and decode of N/2 more tokens each) executes in each function, start-up
+cancelled. The counts are deterministic, as `bench.host.count_log`'s are. Used to choose
+what to vectorise (README, Benchmarks); it prints a table, then one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import mcu
+from generator.build import boards
+from generator.errors import CactError
+
+
+def function_counts(path: str, within: str | None = None) -> collections.Counter:
+    """{function: guest instructions} from a `-d in_asm,exec,nochain` log: a block's length
+    is logged with its translation ("IN:" and one line per instruction) right before its
+    first "Trace" line; every "Trace" line (host address, guest state, function name) adds
+    that length to the function (with `within`: to the block's first guest address, for the
+    blocks of that function only)."""
+    sizes: dict[bytes, int] = {}
+    counts: collections.Counter = collections.Counter()
+    pending, counting = -1, False
+    with open(path, "rb") as fh:
+        for line in fh:
+            c = line[:1]
+            if c == b"T" and line.startswith(b"Trace "):
+                parts = line.rstrip(b"\n").split(b" ", 4)
+                host = parts[2]
+                if pending >= 0:
+                    sizes[host] = pending
+                    pending = -1
+                counting = False
+                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
+                if within is None:
+                    counts[name] += sizes[host]
+                elif name == within:       # by the block's first guest address
+                    counts[int(parts[3].strip(b"[]").split(b"/")[1], 16)] += sizes[host]
+            elif c == b"I" and line.startswith(b"IN:"):
+                counting, pending = True, 0
+            elif counting and c == b"0":
+                pending += 1
+            elif c == b"\n":
+                counting = False
+    return counts
+
+
+def run_logged(board: dict, build: Path, args: list[str], archive: str | None,
+               mode: str = "count", within: str | None = None) -> collections.Counter:
+    """Per-function instructions of one run of the board's image with engine `args`
+    (`archive`: the archive file or partition image, where the board does not link it)."""
+    with tempfile.TemporaryDirectory(prefix="needle-profile-") as tmp:
+        log = os.path.join(tmp, "exec.log")
+        trace = ["-d", "in_asm,exec,nochain", "-D", log]
+        env = dict(os.environ)
+        if board["os"] == "none":
+            cmd = mcu.emulator_command(board, str(build / "needle.elf"), args, archive)
+        else:
+            cmd = boards.run_command(board, str(build / "needle"), args, archive)
+            env["NEEDLE_BENCH"] = mode
+        cmd = cmd[:1] + trace + cmd[1:]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+        if proc.returncode:
+            raise CactError(f"profile run failed ({' '.join(cmd[:3])} ...): "
+                            f"{proc.stderr.strip()[-300:] or proc.returncode}")
+        return function_counts(log, within)
+
+
+def source_lines(board: dict, build: Path, by_address: collections.Counter) -> collections.Counter:
+    """{file:line: instructions} for per-address counts, through the toolchain's addr2line."""
+    elf = build / ("needle.elf" if board["os"] == "none" else "needle")
+    addresses = sorted(by_address)
+    tool = board["toolchain_prefix"] + "addr2line"
+    try:
+        out = subprocess.run([tool, "-e", str(elf), *map(hex, addresses)], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise CactError(f"{tool} failed ({e}): install the board's toolchain") from None
+    lines: collections.Counter = collections.Counter()
+    for address, where in zip(addresses, out):
+        lines[where.rsplit("/", 1)[-1] if "?" not in where else hex(address)] += by_address[address]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n")[0])
+    ap.add_argument("--board", required=True)
+    ap.add_argument("--build", required=True, type=Path, help="the board's build directory (scons build=...)")
+    ap.add_argument("--archive", help="the archive file (boards that read it from a file; default: "
+                    "BUILD/archive.bin when it exists)")
+    ap.add_argument("--tokens", type=int, default=8, help="N: runs of N and N/2 prefill+decode tokens")
+    ap.add_argument("--prefill", action="store_true",
+                    help="Linux boards: the prompt only, fed by needle_prefill (NEEDLE_BENCH=count-prefill)")
+    ap.add_argument("--lines", metavar="FUNCTION",
+                    help="count FUNCTION's blocks by source line instead (build with debug=1 for file:line)")
+    ap.add_argument("--top", type=int, default=25, help="rows of the table (the JSON has every function)")
+    a = ap.parse_args(argv)
+    try:
+        board = boards.load(a.board)
+        if a.tokens < 2:
+            raise CactError("--tokens must be at least 2")
+        lo, hi = a.tokens // 2, a.tokens
+        image = a.archive or (str(a.build / "archive.bin") if (a.build / "archive.bin").exists() else None)
+        if a.prefill and board["os"] == "none":
+            raise CactError("--prefill: bare-metal images run prompt and decode together")
+        mode = "count-prefill" if a.prefill else "count"
+        small = run_logged(board, a.build, ["--bench", str(lo)], image, mode, a.lines)
+        big = run_logged(board, a.build, ["--bench", str(hi)], image, mode, a.lines)
+        if a.lines:
+            small, big = source_lines(board, a.build, small), source_lines(board, a.build, big)
+    except CactError as e:
+        print(f"profile: error: {e}", file=sys.stderr)
+        return 1
+    steps = (1 if a.prefill else 2) * (hi - lo)
+    per = {f: (big[f] - small.get(f, 0)) / steps for f in big}
+    total = sum(per.values())
+    rows = sorted(((f, n) for f, n in per.items() if n), key=lambda kv: -kv[1])
+    what = "prompt token (needle_prefill)" if a.prefill else "token (the mean of a prompt and a decoded token)"
+    print(f"{a.board}: {total:,.0f} instructions per {what}, --bench {hi} less --bench {lo}"
+          + (f", {a.lines} by source line" if a.lines else ""))
+    for name, n in rows[: a.top]:
+        print(f"  {n:14,.0f}  {100 * n / total:5.1f} %  {name}")
+    print(json.dumps({"board": a.board, "instructions_per_step": round(total),
+                      "functions": {k: round(v) for k, v in rows}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
