@@ -256,6 +256,7 @@ class EnginePlan:
     prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
     gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
     attention_lanes: int                # ATT_LANES: decode attention's positions side by side
+    vector_float: bool                  # the family's compiler vectorises f32 loops exactly
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     archive_tag: int                    # the archive's first word, checked at boot
@@ -563,6 +564,12 @@ GEMM_FORM = {"scalar": "scalar"}
 #: keys' column layout only adds instructions (measured per family under emulation).
 ATTENTION_LANES = {"x86": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
 
+#: Families whose compilers vectorise f32 loops with IEEE subnormals (AVX2, AArch64 NEON):
+#: there the softmax takes its exponentials eight at a time through the branch-free
+#: nk_exp_select. Not AArch32 NEON (it flushes subnormals, so GCC leaves f32 loops scalar)
+#: nor the in-order and FPU-less cores, where the branch-free form only adds instructions.
+VECTOR_FLOAT = {"x86", "neon64", "neon64-dot"}
+
 
 def prefill_chunk(h: dict, opts: Options, window: int) -> int:
     """Tokens per prefill pass: as given (scons prefill_chunk=N), else from the board's RAM."""
@@ -634,6 +641,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         prefill_chunk=prefill_chunk(h, opts, window),
         gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
         attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
+        vector_float=opts.kernels in VECTOR_FLOAT,
         warnings=tuple(warnings),
         generation=gen,
         archive_tag=h["tag"],
