@@ -25,6 +25,7 @@ SConstruct calls.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shlex
@@ -126,34 +127,46 @@ def engine_text(binary: str) -> dict:
 
 # ---- instruction counting under qemu-user ---------------------------------------------
 
-def count_log(path: str) -> int:
-    """Guest instructions executed, from a `-d in_asm,exec,nochain` log.
+def block_counts(path: str, within: str | None = None) -> collections.Counter:
+    """Guest instructions executed, by function, from a `-d in_asm,exec,nochain` log.
 
     A translation ("IN:" then one line per instruction) is logged right before the block's
     first execution, so the next "Trace" line names the block's host address; later "Trace"
     lines with that address add its length again.  A retranslation at a reused address
-    replaces the length."""
+    replaces the length.  A "Trace" line ends with the name of the block's function ("?"
+    where QEMU has none); with `within`, only that function's blocks count, by their first
+    guest address (the second field in brackets)."""
     sizes: dict[bytes, int] = {}
-    total = 0
+    counts: collections.Counter = collections.Counter()
     pending = -1
     counting = False
     with open(path, "rb") as fh:
         for line in fh:
             c = line[:1]
             if c == b"T" and line.startswith(b"Trace "):
-                host = line.split(b" ", 3)[2]
+                parts = line.rstrip(b"\n").split(b" ", 4)
+                host = parts[2]
                 if pending >= 0:
                     sizes[host] = pending
                     pending = -1
                 counting = False
-                total += sizes[host]
+                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
+                if within is None:
+                    counts[name] += sizes[host]
+                elif name == within:
+                    counts[int(parts[3].strip(b"[]").split(b"/")[1], 16)] += sizes[host]
             elif c == b"I" and line.startswith(b"IN:"):
                 counting, pending = True, 0
             elif counting and c == b"0":
                 pending += 1
             elif c == b"\n":
                 counting = False
-    return total
+    return counts
+
+
+def count_log(path: str) -> int:
+    """Guest instructions executed, from a `-d in_asm,exec,nochain` log (block_counts)."""
+    return sum(block_counts(path).values())
 
 
 def count_instructions(emulator: list[str], binary: str | list[str], n: int, singlestep: bool = False,

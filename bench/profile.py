@@ -22,42 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import mcu
+from bench import host, mcu
 from generator.build import boards
 from generator.errors import CactError
-
-
-def function_counts(path: str, within: str | None = None) -> collections.Counter:
-    """{function: guest instructions} from a `-d in_asm,exec,nochain` log: a block's length
-    is logged with its translation ("IN:" and one line per instruction) right before its
-    first "Trace" line; every "Trace" line (host address, guest state, function name) adds
-    that length to the function (with `within`: to the block's first guest address, for the
-    blocks of that function only)."""
-    sizes: dict[bytes, int] = {}
-    counts: collections.Counter = collections.Counter()
-    pending, counting = -1, False
-    with open(path, "rb") as fh:
-        for line in fh:
-            c = line[:1]
-            if c == b"T" and line.startswith(b"Trace "):
-                parts = line.rstrip(b"\n").split(b" ", 4)
-                host = parts[2]
-                if pending >= 0:
-                    sizes[host] = pending
-                    pending = -1
-                counting = False
-                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
-                if within is None:
-                    counts[name] += sizes[host]
-                elif name == within:       # by the block's first guest address
-                    counts[int(parts[3].strip(b"[]").split(b"/")[1], 16)] += sizes[host]
-            elif c == b"I" and line.startswith(b"IN:"):
-                counting, pending = True, 0
-            elif counting and c == b"0":
-                pending += 1
-            elif c == b"\n":
-                counting = False
-    return counts
 
 
 def run_logged(board: dict, build: Path, args: list[str], archive: str | None,
@@ -78,7 +45,7 @@ def run_logged(board: dict, build: Path, args: list[str], archive: str | None,
         if proc.returncode:
             raise CactError(f"profile run failed ({' '.join(cmd[:3])} ...): "
                             f"{proc.stderr.strip()[-300:] or proc.returncode}")
-        return function_counts(log, within)
+        return host.block_counts(log, within)
 
 
 def source_lines(board: dict, build: Path, by_address: collections.Counter) -> collections.Counter:

@@ -40,11 +40,12 @@ Trace 0: 0x7f0000000100 [00000480/00020000/00000000/00000200]
 def test_function_counts_from_a_written_log(tmp_path):
     log = tmp_path / "exec.log"
     log.write_bytes(LOG)
-    counts = profile.function_counts(str(log))
+    counts = host.block_counts(str(log))
     # main's block (3) twice, nk_dot's (2) twice; a block retranslated at a reused host
     # address takes its new length (1), and a block without a symbol is counted under "?"
     assert counts == {"main": 6, "nk_dot": 4, "?": 1}
     assert sum(counts.values()) == host.count_log(str(log))
+    assert host.block_counts(str(log), within="nk_dot") == {0x10010: 4}   # by guest address
 
 
 def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys):
