@@ -4,6 +4,7 @@ emulator, and compare with the goldens (teacher-forced logits) and the host (gre
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -295,7 +296,12 @@ def test_engine_options_come_from_the_board():
 def test_x86_family_flags_are_stated_once():
     host = boards.load("host")
     assert "-mavx2" in flags.compile_flags(host, "x86")
+    assert {"-mavx2", "-mavx512vnni", "-mavx512vl"} <= set(flags.compile_flags(host, "x86-vnni"))
     assert "-mavx2" not in flags.compile_flags(host, "scalar")
+    # auto picks the fastest family the build machine's CPU runs
+    native = boards.native_x86_families()
+    assert boards.kernel_family(host) == (native[-1] if native else "scalar")
+    assert native in ([], ["x86"], ["x86", "x86-vnni"])
     m4 = boards.load("watch-m4")
     assert flags.compile_flags(m4, "mdsp")[-2:] == ["-ffunction-sections", "-fdata-sections"]
     assert "-Tgen/link.ld" in flags.link_flags(m4, "gen/link.ld")
@@ -342,13 +348,19 @@ def test_emit_refuses_a_bad_board_with_one_line(tmp_path, args, message):
     assert not (tmp_path / "gen").exists()
 
 
-@pytest.mark.skipif(boards.kernel_family(boards.load("host")) != "x86", reason="needs an x86-64 with AVX2")
-def test_x86_kernels_say_to_build_with_mavx2(tmp_path):
-    proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path, "--board", "host", "--kernels", "x86")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 compiler")
+@pytest.mark.parametrize("family, cflags, message", [
+    ("x86", ["-mno-avx2"], "kernel family x86 needs AVX2: build with -mavx2"),
+    ("x86-vnni", ["-mavx2"], "kernel family x86-vnni needs AVX512-VNNI on 256-bit vectors: "
+                             "build with -mavx512vnni -mavx512vl"),
+])
+def test_x86_kernels_say_what_to_build_with(family, cflags, message, tmp_path):
+    """Emitting needs no such CPU; compiling without the family's flags stops with one line."""
+    proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path, "--board", "host", "--kernels", family)
     assert proc.returncode == 0, proc.stderr
-    cc = subprocess.run(["gcc", "-std=c11", "-mno-avx2", "-c", str(tmp_path / "needle_kernels.c"),
+    cc = subprocess.run(["gcc", "-std=c11", *cflags, "-c", str(tmp_path / "needle_kernels.c"),
                          "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert cc.returncode != 0 and "kernel family x86 needs AVX2: build with -mavx2" in cc.stderr
+    assert cc.returncode != 0 and message in cc.stderr
 
 
 # Imported while generating but unable to change the output: the reference models, which

@@ -5,9 +5,11 @@
   board's default family (rpi-zero armv6, rpi-zero2 neon64, rpi5 neon64-dot, ipq40xx
   neon32, the host x86) on the goldens, so here the families run where that does not:
   neon64 on the Cortex-A76 board, armv6 on the Cortex-A7 (ARMv7, Thumb-2, hard float)
-  board; the families that exist on one board only (x86, neon64-dot, neon32) run there.
+  board; the families that exist on one board only (x86, x86-vnni, neon64-dot, neon32) run
+  there (the host's two x86 families where its CPU has their instructions).
 * Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
-  nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar bit for bit on
+  nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
+  own nk_columns8 and int8 nk_kv_load with what they must equal) bit for bit on
   random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
   including the awkward values (zeros, subnormals, values below 2^-100, infinities, NaN,
   subnormal and infinite f16 norms, tiny group scales) -- natively for x86 and under QEMU
@@ -34,17 +36,18 @@ from host_tests.scons_run import scons
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 ARCHIVES = ["tiny", "small", "tiny-wrap-kv4"]
-FAMILIES = ["x86", "neon64", "neon64-dot", "neon32", "armv6"]
-GOLDEN_BOARD = {"x86": "host", "neon64": "rpi5", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
+FAMILIES = ["x86", "x86-vnni", "neon64", "neon64-dot", "neon32", "armv6"]
+GOLDEN_BOARD = {"x86": "host", "x86-vnni": "host", "neon64": "rpi5", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
                 "armv6": "router-ipq40xx"}
-NATIVE_BOARD = {"x86": "host", "neon64": "rpi-zero2", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
+NATIVE_BOARD = {"x86": "host", "x86-vnni": "host", "neon64": "rpi-zero2", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
                 "armv6": "rpi-zero"}
 
 
 def unavailable(family: str, board_name: str) -> str | None:
     board = boards.load(board_name)
-    if family == "x86" and boards.kernel_family(board) != "x86":
-        return "the x86 family needs an x86-64 build machine with AVX2"
+    if family in boards.X86_FAMILIES and family not in boards.native_x86_families():
+        need = " ".join(boards.X86_FAMILIES[family])
+        return f"the {family} family needs an x86-64 build machine with {need} (/proc/cpuinfo)"
     return boards.missing_tools(board, run=True)
 
 
@@ -210,7 +213,40 @@ int main(void)
             bad++;
         }
     }
-    printf("{\"kernels\": \"%s\", \"trials\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, bad);
+    int own = 0;   /* the family's own versions of the generic helpers */
+#ifdef NK_HAVE_COLUMNS8
+    /* nk_columns8: eight rows as the columns of a block, any bits moved unchanged */
+    for (int t = 0; t < 200; t++, own++) {
+        static float rows[8 * 80], cols[80 * 8];
+        uint32_t n = 1 + rnd() % 80;
+        for (uint32_t i = 0; i < 8 * n; i++) rows[i] = nk_bits_f32(rnd() ^ (rnd() << 16));
+        nk_columns8(cols, rows, n);
+        for (uint32_t k = 0; k < n * 8; k++)
+            if (nk_f32_bits(cols[k]) != nk_f32_bits(rows[(k % 8) * n + k / 8])) {
+                if (bad < 10) printf("columns8 n=%u: value %u differs\n", n, k);
+                bad++;
+                break;
+            }
+    }
+#endif
+#ifdef NK_HAVE_KV_LOAD
+    /* the family's int8 KV decoding: value i is (float)code[i] * scale[i / group], rows and columns */
+    for (int t = 0; t < 200; t++, own++) {
+        static int8_t code[96];
+        static float scale[96], x[96 * 8];
+        uint32_t n = 1 + rnd() % 96, group = t % 3 == 0 ? n : 1 + rnd() % 40, stride = t % 4 == 0 ? 1 + rnd() % 8 : 1;
+        for (uint32_t i = 0; i < n; i++) code[i] = (int8_t)rnd();
+        for (uint32_t g = 0; g * group < n; g++) scale[g] = t % 5 == 0 ? special((int)(rnd() % 7)) : rndf() * 0.01f;
+        nk_kv_load(x, stride, code, scale, n, group);
+        for (uint32_t i = 0; i < n; i++)
+            if (nk_f32_bits(x[i * stride]) != nk_f32_bits((float)code[i] * scale[i / group])) {
+                if (bad < 10) printf("kv_load n=%u group=%u stride=%u: value %u differs\n", n, group, stride, i);
+                bad++;
+                break;
+            }
+    }
+#endif
+    printf("{\"kernels\": \"%s\", \"trials\": %d, \"own\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, own, bad);
     return bad != 0;
 }
 """
@@ -249,15 +285,21 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     assert proc.returncode == 0, proc.stderr
     out = run_on(board, exe, [], tmp_path)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"kernels": family, "trials": 6000, "mismatches": 0}, out.stdout
+    src = (gen / "needle_kernels.c").read_text()
+    own = 200 * sum(f"#define {m}\n" in src for m in ("NK_HAVE_COLUMNS8", "NK_HAVE_KV_LOAD"))
+    if family in boards.X86_FAMILIES:
+        assert own == 400, "the x86 families' nk_columns8 and int8 nk_kv_load went untested"
+    assert result == {"kernels": family, "trials": 6000, "own": own, "mismatches": 0}, out.stdout
 
 
 def test_per_shape_instances_follow_the_archive(tmp_path):
     """Issue 13 item 5: one nk_gemv_a8 instance per distinct (width, groups) of the archive's
-    A8 products in the scalar family, the one-group ones only in x86 (where they pay)."""
+    A8 products in the scalar family, the one-group ones only in x86 and x86-vnni (where
+    they pay)."""
     archive = GOLDEN / "tiny-wrap-kv4" / "archive.cact"
     host = boards.load("host")
-    want = {"scalar": {"2b_1g", "3b_1g", "4b_1g", "4b_2g", "5b_1g"}, "x86": {"2b_1g", "4b_1g", "5b_1g"}}
+    want = {"scalar": {"2b_1g", "3b_1g", "4b_1g", "4b_2g", "5b_1g"}, "x86": {"2b_1g", "4b_1g", "5b_1g"},
+            "x86-vnni": {"2b_1g", "4b_1g", "5b_1g"}}
     for family, suffixes in want.items():
         gen = tmp_path / family
         ctx = boards.generate_engine(host, str(archive), str(gen), incbin_path=str(archive), kernels=family)

@@ -91,18 +91,30 @@ def families() -> list[str]:
     return sorted(p.name[:-len(".c.j2")] for p in KERNELS_DIR.glob("*.c.j2"))
 
 
+# x86-64 families and the CPU flags (/proc/cpuinfo) each needs, slowest first
+X86_FAMILIES = {"x86": ("avx2",), "x86-vnni": ("avx2", "avx512_vnni", "avx512vl")}
+
+
+def native_x86_families() -> list[str]:
+    """The x86 kernel families the build machine can run (empty off x86-64)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return []
+    try:
+        cpu = open("/proc/cpuinfo").read()
+    except OSError:
+        return []
+    have = set(next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("flags")), []))
+    return [f for f, need in X86_FAMILIES.items() if set(need) <= have and f in families()]
+
+
 def kernel_family(board: dict) -> str:
-    """The board's kernel family; `auto` (the host) picks x86 on an x86-64 with AVX2."""
+    """The board's kernel family; `auto` (the host) picks the fastest x86 family the build
+    machine runs (x86-vnni with AVX512-VNNI, else x86 with AVX2), else scalar."""
     fam = board["kernels"]
     if fam != "auto":
         return fam
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        flags = ""
-    if platform.machine() in ("x86_64", "AMD64") and " avx2" in flags and "x86" in families():
-        return "x86"
-    return "scalar"
+    native = native_x86_families()
+    return native[-1] if native else "scalar"
 
 
 def names() -> list[str]:

@@ -15,8 +15,11 @@ NUMERICS = ["-O2", "-ffp-contract=off"]          # docs/numerics.md §1: no fuse
 
 # Kernel families that need instructions the board's arch_flags may not enable.  The host
 # board picks its family at build time (boards.kernel_family), so its arch_flags are empty;
-# templates/kernels/x86.c.j2 stops with #error when __AVX2__ is not defined.
-FAMILY_FLAGS = {"x86": ["-mavx2"]}
+# templates/kernels/x86.c.j2 stops with #error when __AVX2__ (x86-vnni: __AVX512VNNI__ and
+# __AVX512VL__) is not defined.  x86-vnni keeps the compiler's vectors at 256 bits, the width
+# the kernels are written for: AVX-512 is enabled for VPDPBUSD on ymm registers, not zmm code.
+FAMILY_FLAGS = {"x86": ["-mavx2"],
+                "x86-vnni": ["-mavx2", "-mavx512vnni", "-mavx512vl", "-mprefer-vector-width=256"]}
 
 # debug=1: debug information only; the code is the same as without it (NUMERICS unchanged).
 DEBUG = ["-g"]

@@ -257,6 +257,8 @@ class EnginePlan:
     gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
     attention_lanes: int                # ATT_LANES: decode attention's positions side by side
     vector_float: bool                  # the family's compiler vectorises f32 loops exactly
+    key_columns: bool                   # decode attention transposes key rows (nk_columns8)
+    kv_prefetch: bool                   # decode attention prefetches the KV cache ahead
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     archive_tag: int                    # the archive's first word, checked at boot
@@ -561,14 +563,28 @@ GEMM_FORM = {"scalar": "scalar"}
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the
 #: compiler vectorises the lanes; one (nk_dot's plain loop) on the in-order cores, where the
-#: keys' column layout only adds instructions (measured per family under emulation).
-ATTENTION_LANES = {"x86": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
+#: keys' column layout only adds instructions (measured per family under emulation).  8 or 1:
+#: nk_columns8 (needle_kernels.h) turns a block of eight decoded keys into columns.
+ATTENTION_LANES = {"x86": 8, "x86-vnni": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
 
 #: Families whose compilers vectorise f32 loops with IEEE subnormals (AVX2, AArch64 NEON):
 #: there the softmax takes its exponentials eight at a time through the branch-free
 #: nk_exp_select. Not AArch32 NEON (it flushes subnormals, so GCC leaves f32 loops scalar)
 #: nor the in-order and FPU-less cores, where the branch-free form only adds instructions.
-VECTOR_FLOAT = {"x86", "neon64", "neon64-dot"}
+VECTOR_FLOAT = {"x86", "x86-vnni", "neon64", "neon64-dot"}
+
+#: Families whose decode attention decodes a block's keys as rows and turns them into columns
+#: with the family's nk_columns8 (8 x 8 tiles in registers): with decoding straight into the
+#: columns (a strided store per value) the keys cost more than the weights' GEMV on the host
+#: at 200 positions.  The other lane families keep the strided store: there the rows and a
+#: plain transposition added instructions (rpi-zero2 +17 % per decoded token of the demo).
+KEY_COLUMNS = {"x86", "x86-vnni"}
+
+#: Families whose decode attention prefetches the KV codes and scales ahead of their use
+#: (GCC/clang __builtin_prefetch): measured on the host only, where the cache of
+#: `needle2-base` outgrows the core's L2 (README, Decode attention).  Instruction counts under
+#: emulation cannot show a prefetch's worth, so the other families wait for a device to say.
+KV_PREFETCH = {"x86", "x86-vnni"}
 
 
 def prefill_chunk(h: dict, opts: Options, window: int) -> int:
@@ -642,6 +658,8 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
         attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
         vector_float=opts.kernels in VECTOR_FLOAT,
+        key_columns=opts.kernels in KEY_COLUMNS,
+        kv_prefetch=opts.kernels in KV_PREFETCH,
         warnings=tuple(warnings),
         generation=gen,
         archive_tag=h["tag"],
