@@ -363,6 +363,22 @@ def test_x86_kernels_say_what_to_build_with(family, cflags, message, tmp_path):
     assert cc.returncode != 0 and message in cc.stderr
 
 
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 only")
+def test_scons_refuses_to_run_a_family_the_cpu_lacks(tmp_path):
+    """On a CPU without AVX512-VNNI (a stand-in /proc/cpuinfo with AVX2 only) the host picks
+    x86; forcing x86-vnni still builds, but running it would die of SIGILL: one line instead."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    env = dict(os.environ, NEEDLE_CPUINFO=str(cpuinfo))
+    proc = scons("board=host", "kernels=x86-vnni", "run=1", f"build={tmp_path / 'b'}", check=False, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "scons: error: kernels=x86-vnni: this machine's CPU lacks avx512_vnni avx512vl (/proc/cpuinfo), "
+        "so the engine cannot run here: drop kernels= (this host's own family is x86) or drop "
+        "run=/bench=/check=/eval="]
+    assert not (tmp_path / "b" / "needle").exists()
+
+
 # Imported while generating but unable to change the output: the reference models, which
 # generator/model/__init__.py imports and codegen never calls.
 NOT_IN_SIGNATURE = {"generator/model/__init__.py", "generator/model/needle2.py", "generator/model/needle3.py"}
