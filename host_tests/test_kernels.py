@@ -9,7 +9,7 @@
   there (the host's two x86 families where its CPU has their instructions).
 * Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
   nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
-  own nk_columns8 and int8 nk_kv_load with what they must equal) bit for bit on
+  own nk_columns8 and int8 KV decoding with what they must equal) bit for bit on
   random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
   including the awkward values (zeros, subnormals, values below 2^-100, infinities, NaN,
   subnormal and infinite f16 norms, tiny group scales) -- natively for x86 and under QEMU
@@ -229,8 +229,8 @@ int main(void)
             }
     }
 #endif
-#ifdef NK_HAVE_KV_LOAD
-    /* the family's int8 KV decoding: value i is (float)code[i] * scale[i / group], rows and columns */
+#ifdef NK_HAVE_KV_DECODE8
+    /* nk_kv_load with the family's nk_kv_decode8: value i is (float)code[i] * scale[i / group] */
     for (int t = 0; t < 200; t++, own++) {
         static int8_t code[96];
         static float scale[96], x[96 * 8];
@@ -286,9 +286,9 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     out = run_on(board, exe, [], tmp_path)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     src = (gen / "needle_kernels.c").read_text()
-    own = 200 * sum(f"#define {m}\n" in src for m in ("NK_HAVE_COLUMNS8", "NK_HAVE_KV_LOAD"))
+    own = 200 * sum(f"#define {m}\n" in src for m in ("NK_HAVE_COLUMNS8", "NK_HAVE_KV_DECODE8"))
     if family in boards.X86_FAMILIES:
-        assert own == 400, "the x86 families' nk_columns8 and int8 nk_kv_load went untested"
+        assert own == 400, "the x86 families' nk_columns8 and int8 nk_kv_decode8 went untested"
     assert result == {"kernels": family, "trials": 6000, "own": own, "mismatches": 0}, out.stdout
 
 
