@@ -563,8 +563,7 @@ GEMM_FORM = {"scalar": "scalar"}
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the
 #: compiler vectorises the lanes; one (nk_dot's plain loop) on the in-order cores, where the
-#: keys' column layout only adds instructions (measured per family under emulation).  8 or 1:
-#: nk_columns8 (needle_kernels.h) turns a block of eight decoded keys into columns.
+#: keys' column layout only adds instructions (measured per family under emulation).
 ATTENTION_LANES = {"x86": 8, "x86-vnni": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
 
 #: Families whose compilers vectorise f32 loops with IEEE subnormals (AVX2, AArch64 NEON):
