@@ -33,7 +33,9 @@ def cq_roundtrip(w, bits: int):
     unit = rho / jnp.maximum(nu, 1e-12)
     levels = jnp.asarray(_levels(bits))
     mids = (levels[:-1] + levels[1:]) / 2
-    q = levels[jnp.searchsorted(mids, unit, side="left")]
+    # the nearest level: its index is the number of midpoints below the value (what
+    # searchsorted(side="left") returns, as a compare-and-count XLA vectorises)
+    q = levels[jnp.sum(unit[..., None] > mids, axis=-1)]
     back = (nu * q) @ Hm                       # H is symmetric and orthonormal: H⁻¹ = H
     return back.reshape(out, in_pad)[:, :inp]
 
