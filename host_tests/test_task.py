@@ -41,8 +41,14 @@ def train_examples():
 
 
 @pytest.fixture(scope="module")
-def train_queries(train_examples):
-    return [ex["query"].lower() for ex in train_examples]
+def drill_examples():
+    return task.make_drills(3000, 1)
+
+
+@pytest.fixture(scope="module")
+def train_queries(train_examples, drill_examples):
+    """Every query a model is trained on: the examples and the copy drills."""
+    return [ex["query"].lower() for ex in train_examples + drill_examples]
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +72,9 @@ def tok():
     return load_tokenizer()
 
 
-def _splits(train_examples, heldout_examples, novel_examples):
+def _splits(train_examples, heldout_examples, novel_examples, drill_examples=()):
     return [("train", train_examples), ("heldout", heldout_examples),
-            ("novel", novel_examples)]
+            ("novel", novel_examples)] + ([("drill", drill_examples)] if drill_examples else [])
 
 
 # --------------------------------------------------------------------------- determinism
@@ -100,13 +106,14 @@ def test_train_generation_is_fast():
 
 # --------------------------------------------------------------------------- answers
 
-def test_every_call_is_valid_for_a_tool_in_the_block(train_examples, heldout_examples, novel_examples):
+def test_every_call_is_valid_for_a_tool_in_the_block(train_examples, heldout_examples, novel_examples,
+                                                      drill_examples):
     validators = {}
     for name, tool in TOOLS.items():
         cls = jsonschema.validators.validator_for(tool["parameters"])
         cls.check_schema(tool["parameters"])
         validators[name] = cls(tool["parameters"])
-    for _, examples in _splits(train_examples, heldout_examples, novel_examples):
+    for _, examples in _splits(train_examples, heldout_examples, novel_examples, drill_examples):
         for ex in examples:
             names = [tool["name"] for tool in ex["tools"]]
             assert 1 <= len(names) <= task.MAX_TOOLS and len(set(names)) == len(names)
@@ -176,14 +183,47 @@ def test_unserved_requests_name_a_tool_missing_from_the_block(train_examples):
     assert seen > 100
 
 
-def test_free_strings_are_copied_verbatim(train_examples, heldout_examples, novel_examples):
-    for _, examples in _splits(train_examples, heldout_examples, novel_examples):
+def test_free_strings_are_copied_verbatim(train_examples, heldout_examples, novel_examples,
+                                         drill_examples):
+    for _, examples in _splits(train_examples, heldout_examples, novel_examples, drill_examples):
         for ex in examples:
             for call in ex["calls"]:
                 props = TOOLS[call["name"]]["parameters"]["properties"]
                 for key, value in call["arguments"].items():
                     if props[key]["type"] == "string" and "enum" not in props[key]:
                         assert value in ex["query"], (value, ex["query"])
+
+
+def _copied_chars(examples) -> float:
+    """Characters of free strings and integers the answers copy from the query, per example."""
+    total = 0
+    for ex in examples:
+        for call in ex["calls"]:
+            props = TOOLS[call["name"]]["parameters"]["properties"]
+            total += sum(len(str(v)) for k, v in call["arguments"].items()
+                         if "enum" not in props[k])
+    return total / len(examples)
+
+
+def test_copy_drills_are_short_copy_heavy_examples(drill_examples, train_examples, tok):
+    """The drills the trainer mixes in: reproducible, blocks of one or two tools, the shares
+    of empty answers the module states, and answers that copy more than the main
+    distribution's from prompts that are shorter."""
+    assert task.make_drills(200, 1) == drill_examples[:200]
+    assert task.make_drills(200, 2) != drill_examples[:200]
+    assert all(1 <= len(ex["tools"]) <= task.DRILL_MAX_TOOLS for ex in drill_examples)
+    kinds = Counter(example_kind(ex) for ex in drill_examples)
+    n = len(drill_examples)
+    chit = sum(1 for ex in drill_examples if not ex["calls"] and any(
+        _template_regex(form).fullmatch(ex["query"]) for form in task.CHITCHAT_FORMS))
+    assert abs(chit / n - task.DRILL_CHITCHAT) < 0.03, chit / n
+    assert abs((kinds["chitchat"] + kinds["unserved"]) / n
+               - task.DRILL_CHITCHAT - task.DRILL_UNSERVED) < 0.03, kinds
+    assert kinds["multi"] == 0
+    assert all(ex["calls"][0]["name"] in task.DRILL_TOOLS for ex in drill_examples if ex["calls"])
+    assert _copied_chars(drill_examples) > 1.5 * _copied_chars(train_examples)
+    length = lambda exs: sum(len(encode(ex, tok)[0]) for ex in exs[:1000]) / 1000
+    assert length(drill_examples) < 0.8 * length(train_examples)
 
 
 # --------------------------------------------------------------------------- held-out split
@@ -282,22 +322,25 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
 # --------------------------------------------------------------------------- prompt and demo
 
 @lru_cache(maxsize=None)
-def _longest_encoded(n: int, seed: int) -> tuple[int, int]:
-    """(longest prompt + answer, longest answer) in tokens over a recipe's training set (the
-    two demo recipes share theirs: computed once)."""
+def _longest_encoded(n: int, seed: int, drills: int = 0) -> tuple[int, int]:
+    """(longest prompt + answer, longest answer) in tokens over a recipe's training set and
+    its drills (the trainer draws them with data seed + 2; the two demo recipes share
+    theirs: computed once)."""
     tok = load_tokenizer()
-    lengths = [tuple(map(len, encode(ex, tok))) for ex in _recipe_train(n, seed)]
+    examples = _recipe_train(n, seed) + tuple(task.make_drills(drills, seed + 2))
+    lengths = [tuple(map(len, encode(ex, tok))) for ex in examples]
     return max(p + a for p, a in lengths), max(a for _, a in lengths)
 
 
-@pytest.mark.parametrize("name", ["needle2-demo", "needle3-demo"])
+@pytest.mark.parametrize("name", ["needle2-demo", "needle3-demo", "needle2-drills"])
 def test_every_recipe_example_fits_the_recipes_lengths(name):
     """The trainer refuses a run whose data outgrow seq_len/ans_len (one line, at start); a
     task change that lengthens the answers (longer invented words) must fail here, in CI,
     not an hour into retraining."""
     recipe = json.loads((ROOT / "train" / "recipes" / f"{name}.json").read_text())
     t = recipe["train"]
-    longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"])
+    drills = t.get("drills", {}).get("examples", 0)
+    longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"], drills)
     assert longest_seq <= t["seq_len"] and longest_answer <= t["ans_len"], (longest_seq, longest_answer)
     assert longest_seq <= recipe["geometry"]["max_seq_len"]
 

@@ -51,3 +51,18 @@ def test_an_example_longer_than_the_recipe_allows_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="raise seq_len/ans_len in the recipe"):
         T.run(toy, tmp_path / "x.cact", log=lambda _: None)
     assert not (tmp_path / "x.cact").exists()
+
+
+def test_drills_are_mixed_in_at_the_recipes_share(tmp_path):
+    """A recipe's `drills` (train.task.make_drills) take their share of the steps, from
+    their own length buckets; a share outside (0, 1) is refused in one line."""
+    toy = copy.deepcopy(TOY)
+    toy["train"].update(steps=12, qat_steps=0, buckets=[224, 352])
+    toy["train"]["drills"] = {"examples": 16, "share": 0.5, "buckets": [160, 224]}
+    report = T.run(toy, tmp_path / "d.cact", log=lambda _: None)
+    assert 0 < report["drill_steps"] < 12
+    assert reader.read((tmp_path / "d.cact").read_bytes()).header["d_model"] == 64
+    toy["train"]["drills"]["share"] = 1.5
+    with pytest.raises(SystemExit, match="drills share must be between 0 and 1"):
+        T.run(toy, tmp_path / "e.cact", log=lambda _: None)
+    assert not (tmp_path / "e.cact").exists()

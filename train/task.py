@@ -281,15 +281,17 @@ def _invented_word(rng) -> str:
     return word.capitalize()
 
 
-def invented_value(rng, kind: str) -> str:
+def invented_value(rng, kind: str, long: bool = False) -> str:
     """A free-string value no pool holds: a name of one or two invented words, or a short
-    lowercase phrase; never containing (or inside) a held-out value."""
+    lowercase phrase; never containing (or inside) a held-out value.  ``long`` (the copy
+    drills): names of one to three words, phrases of three to seven."""
     while True:
         if kind == "name":
-            value = " ".join(_invented_word(rng) for _ in range(rng.choice((1, 1, 1, 2))))
+            count = rng.randint(1, 3) if long else rng.choice((1, 1, 1, 2))
+            value = " ".join(_invented_word(rng) for _ in range(count))
         else:
             words = [rng.choice(_FILLER) if rng.random() < 0.5 else _invented_word(rng).lower()
-                     for _ in range(rng.randint(2, 4))]
+                     for _ in range(rng.randint(3, 7) if long else rng.randint(2, 4))]
             value = " ".join(words)
         low = value.lower()
         if not any(h in low or low in h for h in _HELDOUT_STRINGS):
@@ -311,6 +313,11 @@ def number_words(n: int) -> str:
     return _TENS[n // 10] + ("-" + _ONES[n % 10] if n % 10 else "")
 
 
+def _pool_split(split: str) -> str:
+    """The value pool a split draws from: copy drills use the training values."""
+    return "train" if split == "drill" else split
+
+
 class _Text:
     """A free-string argument: the value appears verbatim in the query."""
 
@@ -319,7 +326,9 @@ class _Text:
         self.kind = "phrase" if pool == "messages" else "name"
 
     def sample(self, rng, split, form):
-        if split == "train" and rng.random() < INVENTED_SHARE:
+        if split == "drill":
+            value = invented_value(rng, self.kind, long=True)
+        elif split == "train" and rng.random() < INVENTED_SHARE:
             value = invented_value(rng, self.kind)
         else:
             value = rng.choice(self.pool[split])
@@ -334,7 +343,7 @@ class _Int:
         self.arg, self.pool, self.words = arg, POOLS[pool], words
 
     def sample(self, rng, split, form):
-        value = rng.choice(self.pool[split])
+        value = rng.choice(self.pool[_pool_split(split)])
         # words only in training: a held-out number never appears in training, so its word
         # ("nine") could not be learnt; its digits can, digit by digit
         if self.words and split == "train" and value < 100 and rng.random() < self.words:
@@ -359,8 +368,8 @@ class _Clock:
     """An alarm time "H:MM" (24-hour clock), filling the hour and minute arguments."""
 
     def sample(self, rng, split, form):
-        hour = rng.choice(POOLS["hour"][split])
-        minute = rng.choice(POOLS["minute"][split])
+        hour = rng.choice(POOLS["hour"][_pool_split(split)])
+        minute = rng.choice(POOLS["minute"][_pool_split(split)])
         return f"{hour}:{minute:02d}", {"hour": hour, "minute": minute}
 
 
@@ -633,11 +642,12 @@ assert set(TASKS) == set(TOOLS), set(TASKS) ^ set(TOOLS)
 
 # --------------------------------------------------------------------------- examples
 
-def _request(rng, split, name) -> tuple[str, dict, bool]:
-    """One request for tool ``name``: (query text, the call, starts with template text)."""
+def _request(rng, split, name, values=None) -> tuple[str, dict, bool]:
+    """One request for tool ``name``: (query text, the call, starts with template text), in a
+    phrasing of ``split`` with values of ``values`` (default: the split's own)."""
     task = TASKS[name]
     template = rng.choice(task.templates[split])
-    text, args = template.fill(rng, VALUES_OF[split], task.slots)
+    text, args = template.fill(rng, values or VALUES_OF[split], task.slots)
     # Arguments in the schema's property order (spec section 4.1: source key order).
     props = TOOLS[name]["parameters"]["properties"]
     call = {"name": name, "arguments": {key: args[key] for key in props}}
@@ -652,13 +662,13 @@ def tool_tokens() -> dict[str, int]:
     return {name: len(tok.encode(text)) for name, text in _TOOL_JSON.items()}
 
 
-def _block(rng, needed, exclude=()) -> list[dict]:
-    """1..MAX_TOOLS tool schemas in random order, holding every tool of ``needed`` and no
+def _block(rng, needed, exclude=(), max_size=MAX_TOOLS) -> list[dict]:
+    """1..max_size tool schemas in random order, holding every tool of ``needed`` and no
     tool of ``exclude``, within :data:`TOOLS_TOKEN_BUDGET` (the other tools are drawn
     again until they fit; two tools plus the two smallest always do)."""
     cost = tool_tokens()
     others = [name for name in TOOL_NAMES if name not in needed and name not in exclude]
-    size = rng.randint(max(1, len(needed)), MAX_TOOLS)
+    size = rng.randint(max(1, len(needed)), max_size)
     while True:
         names = list(needed) + rng.sample(others, size - len(needed))
         if sum(cost[name] for name in names) <= TOOLS_TOKEN_BUDGET:
@@ -730,6 +740,71 @@ def make_examples(split: str, n: int, seed: int) -> list[dict]:
             seen.add(key)
         examples.append(example)
     return examples
+
+
+# --------------------------------------------------------------------------- copy drills
+
+#: Tools with an argument copied from the query (a free string, an integer or a clock time).
+DRILL_TOOLS = tuple(name for name, t in TASKS.items()
+                    if any(isinstance(slot, (_Text, _Int, _Clock)) for slot in t.slots.values()))
+#: Share of drills whose tool is missing from the (one- or two-tool) block: answer [].
+DRILL_UNSERVED = 0.2
+#: Share of drills that are generated chit-chat (:data:`CHITCHAT_FORMS`): answer [].
+DRILL_CHITCHAT = 0.15
+DRILL_MAX_TOOLS = 2
+
+#: Chit-chat made of invented words and training values: thirty fixed chit-chat lines teach
+#: a model those thirty lines; these teach it that a request naming no tool's action gets
+#: [] whatever its words (and that a city or a name alone does not make a call).  Only
+#: training words: the held-out chit-chat stays unseen.
+CHITCHAT_FORMS = (
+    "tell me about {thing}", "what is {thing}?", "who is {name}?", "I like {thing}",
+    "do you know {name}?", "what do you think of {thing}?", "explain {thing} to me",
+    "{thing} is great", "what's a {thing}?", "how do I make {thing}?", "is {thing} good?",
+    "where can I buy {thing}?", "can you help me with {thing}?", "{name} says hi",
+    "I met {name} today", "how old is {name}?", "I visited {city} last year",
+    "{city} is beautiful", "is {name} from {city}?", "have you been to {city}?",
+    "{name} likes {thing}", "I need more {thing}", "what rhymes with {thing}?",
+)
+
+
+def _chitchat(rng) -> str:
+    """One generated chit-chat line (:data:`CHITCHAT_FORMS`)."""
+    form = rng.choice(CHITCHAT_FORMS)
+    fills = {"thing": lambda: " ".join(_invented_word(rng).lower()
+                                       for _ in range(rng.choice((1, 1, 2)))),
+             "name": lambda: invented_value(rng, "name"),
+             "city": lambda: rng.choice(POOLS["cities"]["train"])}
+    return _PLACEHOLDER.sub(lambda m: fills[m.group(1)](), form)
+
+
+def make_drills(n: int, seed: int) -> list[dict]:
+    """``n`` short training examples, mostly copying and deciding on the empty call: a
+    block of one or two tools, a training phrasing, and a long invented string (a name of one
+    to three words, a phrase of three to seven) or a training integer to copy; :data:`DRILL_UNSERVED`
+    of them ask for a tool the block lacks and :data:`DRILL_CHITCHAT` are generated
+    chit-chat.  They are ordinary examples of the task (same prompt and target form), two
+    thirds as long as the average one with 1.7 times its copied characters; the trainer
+    mixes them in (the recipe's ``drills``).  Values and phrasings are training ones: the
+    held-out sets stay unseen."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        draw = rng.random()
+        if draw < DRILL_CHITCHAT:
+            query, lead, calls = _chitchat(rng), True, []
+            tools = _block(rng, [], max_size=DRILL_MAX_TOOLS)
+        elif draw < DRILL_CHITCHAT + DRILL_UNSERVED:
+            name = rng.choice(TOOL_NAMES)
+            query, _, lead = _request(rng, "train", name)
+            tools = _block(rng, [], {name} | CONFUSABLE.get(name, set()), DRILL_MAX_TOOLS)
+            calls = []
+        else:
+            name = rng.choice(DRILL_TOOLS)
+            query, call, lead = _request(rng, "train", name, values="drill")
+            tools, calls = _block(rng, [name], max_size=DRILL_MAX_TOOLS), [call]
+        out.append({"tools": tools, "query": _capitalise(rng, query, lead), "calls": calls})
+    return out
 
 
 def example_kind(example: dict) -> str:

@@ -156,9 +156,14 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     seq_len, ans_len = tr["seq_len"], tr["ans_len"]
     train_b = Batches(train_ex, tok, seq_len, ans_len)
     held_b = Batches(held_ex, tok, seq_len, ans_len)
+    drills = tr.get("drills")       # short copy-heavy examples mixed in (task.make_drills)
+    if drills and not 0.0 < drills.get("share", 0.0) < 1.0:
+        raise SystemExit(f"train: drills share must be between 0 and 1, not {drills.get('share')}")
+    drill_b = (Batches(task.make_drills(drills["examples"], recipe["data_seed"] + 2), tok,
+                       seq_len, ans_len) if drills else None)
     log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
         f"in {time.time() - t_start:.1f} s")
-    for b in (train_b, held_b):     # answers are read from the first V_out logits
+    for b in (train_b, held_b) + ((drill_b,) if drill_b else ()):     # answers are read from the first V_out logits
         top = int(np.take_along_axis(b.tokens, b.where + 1, axis=1)[b.mask > 0].max(initial=0))
         if top >= geo.V_out:
             raise SystemExit(f"train: answer token {top} is not below out_vocab {geo.V_out}")
@@ -199,16 +204,24 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     buckets = train_b.buckets(tr["buckets"])
     weights = np.array([len(i) for _, i in buckets], np.float64)
     weights /= weights.sum()
+    if drill_b is not None:
+        drill_buckets = drill_b.buckets(drills.get("buckets", tr["buckets"]))
+        drill_weights = np.array([len(i) for _, i in drill_buckets], np.float64)
+        drill_weights /= drill_weights.sum()
     history = []
     phases = [("float", steps, False)] + ([("qat", qat_steps, True)] if qat_steps else [])
-    done = 0
+    done = drill_steps = 0
     for name, n_steps, quantise in phases:
         step, correct = make_step(quantise)
         run_loss = []
         for i in range(n_steps):
-            edge, pool = buckets[rng.choice(len(buckets), p=weights)]
+            source, sets, w = train_b, buckets, weights
+            if drill_b is not None and rng.random() < drills["share"]:
+                source, sets, w = drill_b, drill_buckets, drill_weights
+                drill_steps += 1
+            edge, pool = sets[rng.choice(len(sets), p=w)]
             idx = pool[rng.integers(0, len(pool), B)]
-            params, state, loss = step(params, state, *train_b.take(idx, geo, edge))
+            params, state, loss = step(params, state, *source.take(idx, geo, edge))
             run_loss.append(float(loss))
             done += 1
             if done % tr["log_every"] == 0 or i == n_steps - 1:
@@ -226,7 +239,7 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     tmp.write_bytes(blob)
     tmp.replace(out)
     report = dict(archive=str(out), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
-                  seconds=round(time.time() - t_start, 1), history=history,
+                  seconds=round(time.time() - t_start, 1), drill_steps=drill_steps, history=history,
                   jax=jax.__version__, optax=optax.__version__)
     log(f"train: wrote {out} ({len(blob)} bytes, sha256 {report['sha256'][:16]}…) "
         f"after {report['seconds']} s")
