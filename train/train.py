@@ -14,6 +14,10 @@ held-out sequence accuracy under teacher forcing, which is exactly the share of 
 examples whose unconstrained greedy answer equals the target token for token (every
 position's arg-max equals the next target token iff greedy decoding reproduces the target).
 
+A recipe's optional `drills` ({"examples", "share", "buckets"}) mixes short copy-heavy
+examples (train/task.py make_drills) into that share of the steps, from their own length
+buckets; the report counts the steps that drew them (`drill_steps`).
+
 The optional last phase is quantisation-aware: the forward pass sees every matrix through the
 CQ round trip of the format (straight-through gradient), so the exported 4-bit archive keeps
 the float model's accuracy.
@@ -163,7 +167,8 @@ def run(recipe: dict, out: Path, log=print) -> dict:
                        seq_len, ans_len) if drills else None)
     log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
         f"in {time.time() - t_start:.1f} s")
-    for b in (train_b, held_b) + ((drill_b,) if drill_b else ()):     # answers are read from the first V_out logits
+    # answers are read from the first V_out logits
+    for b in (train_b, held_b) + ((drill_b,) if drill_b else ()):
         top = int(np.take_along_axis(b.tokens, b.where + 1, axis=1)[b.mask > 0].max(initial=0))
         if top >= geo.V_out:
             raise SystemExit(f"train: answer token {top} is not below out_vocab {geo.V_out}")
