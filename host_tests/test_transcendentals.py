@@ -5,7 +5,7 @@
   millions of arguments: a stride over all 2^32 bit patterns (NaN payloads, infinities,
   subnormals, negatives), dense samples of each function's domain, RoPE angles t·ω and the
   edge cases, natively and under QEMU on a soft-float MIPS board (router-mt7621: no FPU,
-  every float operation a libgcc/compiler-rt call) and an ARMv6 VFP board (rpi-zero).
+  every float operation a call into firmware/softfloat or compiler-rt) and an ARMv6 VFP board (rpi-zero).
 * Accuracy: within 1 ulp of the exact value (float64 NumPy as the reference, whose own
   error is < 2^-28 f32 ulp) on a dense sample of every domain: exp on [-104, 89], log on
   every positive float, sin/cos on |x| <= 65536; set NEEDLE_EXHAUSTIVE=1 to check every

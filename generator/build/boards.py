@@ -441,6 +441,20 @@ def has_host_files(board: dict) -> bool:
     return board["os"] == "linux" or board.get("console", "semihost") == "semihost"
 
 
+def soft_float(board: dict) -> bool:
+    """MIPS boards built for musl soft float (zig target `mips*-linux-musleabi`): their cores
+    have no FPU and OpenWrt kernels do not emulate one."""
+    return board.get("toolchain") == "zig" and board["zig_target"].startswith("mips") \
+        and not board["zig_target"].endswith("hf")
+
+
+def runtime_sources(board: dict) -> list[str]:
+    """Run-time support linked into the engine itself (paths under firmware/): on a
+    soft-float board the f32 add, subtract and multiply that replace the compiler runtime's
+    (firmware/softfloat/softfloat.c, README "The portable family on cores without SIMD")."""
+    return ["softfloat/softfloat.c"] if soft_float(board) else []
+
+
 def hal_sources(board: dict) -> list[str]:
     """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
     the shared console logic plus the driver of the board's UART kind."""

@@ -20,7 +20,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from generator.build import images
+from generator.build import boards, images
 from generator.errors import CactError
 
 HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign")
@@ -516,13 +516,6 @@ MIPS_FP_ABI_SOFT = 3
 MIPS_FPU_OPCODES = {0x11: "COP1", 0x13: "COP1X", 0x31: "LWC1", 0x35: "LDC1", 0x39: "SWC1", 0x3D: "SDC1"}
 
 
-def expects_soft_float(board: dict) -> bool:
-    """MIPS boards built for musl soft float (zig target `mips*-linux-musleabi`): their cores
-    have no FPU and OpenWrt kernels do not emulate one."""
-    return board.get("toolchain") == "zig" and board["zig_target"].startswith("mips") \
-        and not board["zig_target"].endswith("hf")
-
-
 def check_soft_float(elf: ELFFile, elf_path: str, board: dict) -> None:
     """Refuse a MIPS image with a hard-float ABI tag or any FPU instruction in its code."""
     flags = elf.get_section_by_name(".MIPS.abiflags")
@@ -574,7 +567,7 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
         with open(archive_path, "rb") as af:
             want = af.read()
         cact = elf.get_section_by_name(".cact")
-        if expects_soft_float(board):
+        if boards.soft_float(board):
             check_soft_float(elf, elf_path, board)
         if board["archive"]["placement"] == "file":
             # The executable maps the archive from a file at start: it must hold none of it.

@@ -1,0 +1,253 @@
+/* IEEE 754 binary32 add, subtract and multiply for cores without an FPU (the MIPS routers).
+ *
+ * Built soft-float, every float operation of the engine is a call into the compiler's runtime
+ * (libgcc or, under zig cc, compiler-rt): __addsf3, __subsf3, __mulsf3.  Those are generic
+ * (any format, any rounding mode, exception flags) and cost 45 to 60 instructions a call on
+ * a MIPS32 24Kc; they were two thirds of a soft-float token.  These definitions take their
+ * place at link time (the runtime's own are weak, or archive members the linker no longer
+ * needs) and give the same bits: round to nearest, ties to even, gradual underflow,
+ * infinities, x - x = +0, and a quiet NaN for every invalid operation.  Nothing else of
+ * IEEE 754 is used by the engine (no other rounding mode, no exception flags), so nothing
+ * else is kept.  A NaN result is the quieted NaN operand, or 0x7fc00000 when both operands
+ * are numbers (inf - inf, 0 * inf); NaN payloads are not part of the engine's numerics.
+ *
+ * Representation: a magnitude's significand with its implicit bit goes to a 32-bit word with
+ * guard bits below it; bits shifted out during alignment are ORed into bit 0 (sticky), which
+ * is enough for one correct rounding at the end.  A result is assembled as
+ * ((e - 1) << 23) + significand, so a significand without its top bit (a subnormal, e = 1)
+ * encodes itself, and a rounding carry moves into the exponent by itself, up to infinity.
+ *
+ * host_tests/test_softfloat.py checks every operation against the host's hardware floats on
+ * millions of operand pairs (specials, subnormals, cancellation, ties), natively with
+ * NK_SOFTFLOAT_PREFIX names and cross-built for both MIPS routers under QEMU. */
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef NK_SOFTFLOAT_PREFIX          /* the host test: callable names, not the runtime's */
+#define NK_SF_ADD nk_sf_add
+#define NK_SF_SUB nk_sf_sub
+#define NK_SF_MUL nk_sf_mul
+#else
+#define NK_SF_ADD __addsf3
+#define NK_SF_SUB __subsf3
+#define NK_SF_MUL __mulsf3
+#endif
+
+float NK_SF_ADD(float a, float b);
+float NK_SF_SUB(float a, float b);
+float NK_SF_MUL(float a, float b);
+
+#define SF_SIGN 0x80000000u
+#define SF_ABS 0x7fffffffu
+#define SF_INF 0x7f800000u
+#define SF_QUIET 0x00400000u        /* the quiet bit of a NaN */
+#define SF_DEFAULT_NAN 0x7fc00000u
+#define SF_FRAC 0x007fffffu
+#define SF_HIDDEN 0x00800000u
+
+static inline uint32_t sf_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float sf_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* m >> n with the bits shifted out ORed into bit 0; 1 <= n, any n. */
+static inline uint32_t sf_shift_sticky(uint32_t m, uint32_t n)
+{
+    return n < 32u ? (m >> n) | ((m << (32u - n)) != 0u) : (m != 0u);
+}
+
+/* a + b on the bit patterns with |a| >= |b|, every case: zeros, subnormals, infinities, NaN.  The
+ * significands carry 7 guard bits (bits 30..7 hold the 24 significant ones): alignment loses
+ * bits only when the exponents differ by two or more, and then a difference needs at most
+ * one normalising shift, so the guard bits and the sticky bit decide the rounding exactly. */
+static inline __attribute__((always_inline)) uint32_t sf_add_general(uint32_t a, uint32_t b)
+{
+    uint32_t aa = a & SF_ABS, bb = b & SF_ABS;  /* |a| >= |b| (sf_add orders them; NaN above infinity) */
+    if (aa >= SF_INF) {                     /* a is infinite or NaN */
+        if (aa > SF_INF)
+            return a | SF_QUIET;
+        return (bb == SF_INF && ((a ^ b) & SF_SIGN)) ? SF_DEFAULT_NAN : a;
+    }
+    if (bb == 0u)                           /* x + 0 = x; the zeros: -0 only from -0 + -0 */
+        return aa == 0u ? (a & b) : a;
+
+    uint32_t ea = aa >> 23, eb = bb >> 23;
+    uint32_t ma = (aa & SF_FRAC) << 7, mb = (bb & SF_FRAC) << 7;
+    if (ea) ma |= SF_HIDDEN << 7; else ea = 1u;        /* a subnormal has exponent 1 */
+    if (eb) mb |= SF_HIDDEN << 7; else eb = 1u;
+    if (ea != eb)
+        mb = sf_shift_sticky(mb, ea - eb);
+
+    uint32_t m, e = ea;
+    if ((a ^ b) & SF_SIGN) {                /* magnitudes subtract: exact, then normalise */
+        m = ma - mb;
+        if (m == 0u)
+            return 0u;                      /* x - x = +0 */
+        uint32_t s = (uint32_t)__builtin_clz(m) - 1u;
+        if (s >= e)
+            s = e - 1u;                     /* down to exponent 1: a subnormal result */
+        m <<= s;
+        e -= s;
+    } else {                                /* magnitudes add: at most one carry */
+        m = ma + mb;
+        if (m >> 31) {
+            m = (m >> 1) | (m & 1u);
+            e++;
+        }
+    }
+    if (e >= 255u)
+        return (a & SF_SIGN) | SF_INF;
+    uint32_t keep = m >> 7, rest = m & 0x7fu;
+    /* nearest, ties to even: up when rest > half, or rest = half and keep is odd */
+    return (a & SF_SIGN) | (((e - 1u) << 23) + keep + ((rest + (keep & 1u)) > 0x40u));
+}
+
+/* a * b on the bit patterns, every case: the 24 x 24-bit significand product, taken as the
+ * high word of (ma << 8)(mb << 8) with the low word's bits as sticky. */
+static inline __attribute__((always_inline)) uint32_t sf_mul_general(uint32_t a, uint32_t b)
+{
+    uint32_t sign = (a ^ b) & SF_SIGN;
+    uint32_t aa = a & SF_ABS, bb = b & SF_ABS;
+    if (aa >= SF_INF || bb >= SF_INF) {
+        if (aa > SF_INF)
+            return a | SF_QUIET;
+        if (bb > SF_INF)
+            return b | SF_QUIET;
+        if (aa == 0u || bb == 0u)
+            return SF_DEFAULT_NAN;          /* 0 * inf */
+        return sign | SF_INF;
+    }
+    if (aa == 0u || bb == 0u)
+        return sign;
+
+    int32_t ea = (int32_t)(aa >> 23), eb = (int32_t)(bb >> 23);
+    uint32_t ma = aa & SF_FRAC, mb = bb & SF_FRAC;
+    if (ea) {
+        ma |= SF_HIDDEN;
+    } else {                                /* subnormal: normalise, exponent below 1 */
+        uint32_t s = (uint32_t)__builtin_clz(ma) - 8u;
+        ma <<= s;
+        ea = 1 - (int32_t)s;
+    }
+    if (eb) {
+        mb |= SF_HIDDEN;
+    } else {
+        uint32_t s = (uint32_t)__builtin_clz(mb) - 8u;
+        mb <<= s;
+        eb = 1 - (int32_t)s;
+    }
+    uint64_t p = (uint64_t)(ma << 8) * (uint64_t)(mb << 8);    /* in [2^62, 2^64) */
+    uint32_t hi = (uint32_t)(p >> 32), lo = (uint32_t)p;
+    int32_t e = ea + eb - 127;
+    if (hi >> 31) {
+        e++;
+    } else {
+        hi = (hi << 1) | (lo >> 31);
+        lo <<= 1;
+    }
+    uint32_t m = hi | (lo != 0u);           /* bits 31..8 significant, 7..0 guard and sticky */
+    if (e >= 255)
+        return sign | SF_INF;
+    if (e <= 0) {                           /* below the normal range: denormalise, round once */
+        m = sf_shift_sticky(m, (uint32_t)(1 - e));
+        e = 1;
+    }
+    uint32_t keep = m >> 8, rest = m & 0xffu;
+    return sign | ((((uint32_t)e - 1u) << 23) + keep + ((rest + (keep & 1u)) > 0x80u));
+}
+
+/* The common case first, inline in each entry point: both operands normal, a normal
+ * result.  Anything else (a zero, subnormal, infinite or NaN operand, a subnormal result,
+ * overflow of a product) goes to the general function, which starts again from the bits.
+ * Rounding to nearest even in one addition: m + (half - 1) + (the kept part's last bit)
+ * carries into the kept part exactly when the rest is above half, or half with an odd
+ * kept part. */
+static inline __attribute__((always_inline)) uint32_t sf_add(uint32_t a, uint32_t b)
+{
+    uint32_t aa = a & SF_ABS, bb = b & SF_ABS;
+    if (aa < bb) {                          /* |a| >= |b| from here */
+        uint32_t t = a;
+        a = b;
+        b = t;
+        t = aa;
+        aa = bb;
+        bb = t;
+    }
+    uint32_t ea = aa >> 23, eb = bb >> 23;
+    if (ea >= 255u || eb == 0u)             /* |a| infinite or NaN; b zero or subnormal */
+        return sf_add_general(a, b);
+    /* the significands with their implicit bit at bit 30, 7 guard bits below */
+    uint32_t ma = ((aa << 8) | SF_SIGN) >> 1, mb = ((bb << 8) | SF_SIGN) >> 1;
+    uint32_t d = ea - eb;
+    if (d > 7u) {                           /* beyond the guard bits: keep a sticky bit */
+        if (d > 31u)
+            d = 31u;
+        mb = (mb >> d) | ((mb << (32u - d)) != 0u);
+    } else {
+        mb >>= d;
+    }
+    uint32_t m, e = ea;
+    if ((a ^ b) & SF_SIGN) {
+        m = ma - mb;
+        if (m == 0u)
+            return 0u;                      /* x - x = +0 */
+        uint32_t s = (uint32_t)__builtin_clz(m) - 1u;
+        if (s >= e)                         /* a subnormal result */
+            return sf_add_general(a, b);
+        m <<= s;
+        e -= s;
+    } else {
+        m = ma + mb;
+        uint32_t c = m >> 31;               /* a carry: one place right, keeping the sticky bit */
+        m = (m >> c) | (m & c);
+        e += c;
+        if (e >= 255u)
+            return (a & SF_SIGN) | SF_INF;
+    }
+    m += 0x3fu + ((m >> 7) & 1u);
+    return (a & SF_SIGN) | (((e - 1u) << 23) + (m >> 7));
+}
+
+static inline __attribute__((always_inline)) uint32_t sf_mul(uint32_t a, uint32_t b)
+{
+    uint32_t ea = (a >> 23) & 0xffu, eb = (b >> 23) & 0xffu;
+    if (ea - 1u >= 254u || eb - 1u >= 254u)     /* a zero, subnormal, infinity or NaN */
+        return sf_mul_general(a, b);
+    /* significands in [2^31, 2^32): the product in [2^62, 2^64), its high word's top bit at
+     * 31 (a product of 2 or more: one more in the exponent, one place right) or 30 */
+    uint64_t p = (uint64_t)((a << 8) | SF_SIGN) * (uint64_t)((b << 8) | SF_SIGN);
+    uint32_t hi = (uint32_t)(p >> 32), lo = (uint32_t)p;
+    uint32_t c = hi >> 31;
+    uint32_t e = ea + eb - 127u + c;        /* biased; wraps below 0 */
+    if (e - 1u >= 254u)                     /* overflow, or a subnormal or zero result */
+        return sf_mul_general(a, b);
+    hi = (hi >> c) | (hi & c) | (lo != 0u);
+    uint32_t m = hi;                        /* implicit bit at bit 30, 7 guard bits, sticky */
+    m += 0x3fu + ((m >> 7) & 1u);
+    return ((a ^ b) & SF_SIGN) | (((e - 1u) << 23) + (m >> 7));
+}
+
+float NK_SF_ADD(float a, float b)
+{
+    return sf_float(sf_add(sf_bits(a), sf_bits(b)));
+}
+
+float NK_SF_SUB(float a, float b)
+{
+    return sf_float(sf_add(sf_bits(a), sf_bits(b) ^ SF_SIGN));
+}
+
+float NK_SF_MUL(float a, float b)
+{
+    return sf_float(sf_mul(sf_bits(a), sf_bits(b)));
+}
