@@ -99,6 +99,42 @@ def test_sanitized_build_matches_golden(name, tmp_path):
     check_against_golden(binary, name, tmp_path)
 
 
+def test_engine_takes_the_log_domain_sinkhorn_where_the_reference_does(tmp_path, monkeypatch):
+    """docs/numerics.md §2.2: a routing matrix with a row spanning more than 60 runs the
+    log-domain iteration.  Layer 0's b_res puts every row's lane 1 100 below the others (in
+    f32, e^-100 is a subnormal with two significant bits, so the exp domain would lose the
+    column the log domain lifts to sum 1), layer 1 keeps the archive's (exp domain), and
+    the engine equals the reference bit for bit at every position."""
+    from dataclasses import replace
+    from generator.archive import reader
+    from generator.model import Needle2
+    from generator.model import numerics as nm
+    from host_tests import archive_edit
+
+    def widen(tensors, hdr):
+        i = next(k for k, t in enumerate(tensors) if t.role == "mhc.b_res")
+        n = hdr["mhc_lanes"]
+        b = np.frombuffer(tensors[i].payload, "<f2").reshape(-1, n, n).copy()
+        b[0] = 0.0
+        b[0][:, 1] = -100.0
+        tensors[i] = replace(tensors[i], payload=b.tobytes())
+    archive = tmp_path / "wide.cact"
+    archive.write_bytes(archive_edit.edit_tensors((GOLDEN / "tiny" / "archive.cact").read_bytes(), widen))
+
+    paths = []
+    original = nm.sinkhorn
+    def recording(r, *a, **k):
+        paths.append((r - r.max(axis=-1, keepdims=True) >= -60).all(axis=(-1, -2)))
+        return original(r, *a, **k)
+    monkeypatch.setattr(nm, "sinkhorn", recording)
+    tokens = golden.load(GOLDEN / "tiny")[0]["tokens"]
+    want = Needle2(reader.read(archive.read_bytes()), "a8").logits(tokens)
+    exp_domain = np.concatenate([np.atleast_1d(p) for p in paths])
+    assert exp_domain.any() and not exp_domain.all()    # both paths ran
+    got = teacher_forced(build(archive, tmp_path / "b"), tokens, tmp_path / "wide.f32")
+    assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("preset", ["tiny", "small", "needle2-base"])
 def test_every_preset_generates_builds_and_runs(preset, tmp_path):
     archive = tmp_path / f"{preset}.cact"

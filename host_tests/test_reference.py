@@ -267,6 +267,51 @@ def test_sinkhorn_columns_sum_to_one():
     assert np.allclose(p.sum(axis=-1), 1, atol=1e-3)
 
 
+def _sinkhorn_f64(r, iters=20):
+    """The spec's log-domain iteration in double (the exact map, to within 1e-15)."""
+    lam = np.asarray(r, dtype=np.float64)
+    for _ in range(iters):
+        lam = lam - np.logaddexp.reduce(lam, axis=-1)[..., :, None]
+        lam = lam - np.logaddexp.reduce(lam, axis=-2)[..., None, :]
+    return np.exp(lam)
+
+
+@pytest.mark.parametrize("scale", [0.5, 4.0, 12.0, 60.0, 400.0])
+def test_sinkhorn_is_the_log_domain_map_on_either_path(scale):
+    """docs/numerics.md §2.2: rows within 60 of their maximum take the exp domain, others
+    the log domain; both equal the spec's map in f32.  Bound: every entry lies in [0, 1] and
+    each of the 40 normalisations rounds it a few times (sum of 4, reciprocal, product:
+    ~4 ulp of 1 = 2.4e-7), and Sinkhorn is a contraction, so the errors do not compound;
+    1e-5 is 40x the measured 2.5e-7 (exp path) and 1.8e-6 (log path)."""
+    r = (np.random.default_rng(7).normal(size=(4000, 4, 4)) * scale).astype(np.float32)
+    spread = (r.max(axis=-1, keepdims=True) - r).max(axis=(-1, -2))
+    narrow = spread <= 60
+    assert narrow.any() == (scale < 60) and (~narrow).any() == (scale >= 12)
+    np.testing.assert_allclose(nm.sinkhorn(r), _sinkhorn_f64(r), rtol=0, atol=1e-5)
+
+
+def test_sinkhorn_takes_the_log_domain_where_an_exp_could_underflow():
+    # a column that every row puts 1000 below its maximum: e^-1000 is 0 in f32, so the exp
+    # domain would divide by a zero column sum; the log domain lifts the column to sum 1
+    r = np.array([[0, -1000, 5, 3], [1, -2000, 2, 2], [900, -1e4, 0, 0], [0, -999, -70, 1]],
+                 dtype=np.float32)
+    p = nm.sinkhorn(r)
+    assert np.isfinite(p).all() and np.allclose(p.sum(axis=0), 1, atol=1e-6)
+    # λ near ±1000 carries f32 rounding of ulp(1000) = 6.1e-5 in absolute terms, which
+    # exp turns into a relative error of that size (measured 2.6e-6)
+    np.testing.assert_allclose(p, _sinkhorn_f64(r), rtol=0, atol=1e-4)
+    # exactly 60 below stays in the exp domain; a hair more does not (f32 comparison)
+    edge = np.zeros((4, 4), np.float32)
+    edge[0, 1] = -60.0
+    exp_only = nm.exp(edge - edge.max(axis=-1, keepdims=True))
+    for _ in range(20):
+        exp_only = exp_only * (nm.ONE / nm.seq_sum(exp_only))[:, None]
+        exp_only = exp_only * (nm.ONE / nm.seq_sum(exp_only.T))[None, :]
+    assert np.array_equal(nm.sinkhorn(edge), exp_only)
+    edge[0, 1] = np.nextafter(np.float32(-60), np.float32(-61))
+    assert not np.array_equal(nm.sinkhorn(edge), exp_only)
+
+
 def test_rejects_bad_tokens_and_overlong_sequences(archives):
     m = Needle2(archives["tiny"], "a8")
     with pytest.raises(CactError, match="outside the vocabulary"):

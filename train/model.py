@@ -130,13 +130,14 @@ def rope(x, cos, sin):
 def sinkhorn(r):
     """Sinkhorn over the last two axes (rows, then columns), SINKHORN_ITERS times.
 
-    The reference iterates in the log domain (λ ← λ − logsumexp); this is the same map in
-    the exp domain: K = exp(λ) once, then K ← K / row sums, K ← K / column sums, which is
-    equal in exact arithmetic and costs no exp or log per iteration (the log-domain form
-    was a quarter of a training step).  Each row is shifted by its maximum first (row
-    normalisation cancels the shift) and exponents are floored at −60 so that no row or
-    column can underflow to all zeros; host_tests/test_train_model.py compares the logits
-    with the reference's."""
+    The spec iterates in the log domain (λ ← λ − logsumexp); this is the same map in the
+    exp domain, as the engine and the reference compute it (docs/numerics.md §2.2):
+    K = exp(λ) once, then K ← K / row sums, K ← K / column sums, equal in exact arithmetic
+    and without an exp or log per iteration (the log-domain form was a quarter of a
+    training step).  Each row is shifted by its maximum first (row normalisation cancels the
+    shift) and exponents are floored at −60 so that no row or column can underflow to all
+    zeros; where the engine's rows spread wider than 60 it falls back to the log domain
+    instead.  host_tests/test_train_model.py compares the logits with the reference's."""
     k = jnp.exp(jnp.maximum(r - jax.lax.stop_gradient(jnp.max(r, axis=-1, keepdims=True)), -60.0))
     for _ in range(SINKHORN_ITERS):
         k = k / jnp.sum(k, axis=-1, keepdims=True)
