@@ -164,6 +164,43 @@ def block_counts(path: str, within: str | None = None) -> collections.Counter:
     return counts
 
 
+def call_counts(path: str, entries: dict[int, str]) -> collections.Counter:
+    """Calls into the functions `entries` names ({entry guest address: name}), from a
+    `-d in_asm,exec,nochain` log, by (guest address of the calling block's last
+    instruction, the calling block's function, callee).  A call is an executed block that
+    starts at a callee's entry right after a block that does not; the caller's last
+    instruction is the call (or, on MIPS, its delay slot), which addr2line maps to the call's
+    source line.  The same parsing as block_counts, so any architecture's log works."""
+    last_pc: dict[bytes, int] = {}
+    counts: collections.Counter = collections.Counter()
+    pending: int | None = None
+    listing = False
+    prev: tuple[int, str] | None = None
+    with open(path, "rb") as fh:
+        for line in fh:
+            c = line[:1]
+            if c == b"T" and line.startswith(b"Trace "):
+                parts = line.rstrip(b"\n").split(b" ", 4)
+                host = parts[2]
+                if pending is not None:
+                    last_pc[host] = pending
+                    pending = None
+                listing = False
+                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
+                pc = int(parts[3].strip(b"[]").split(b"/")[1], 16)
+                callee = entries.get(pc)
+                if callee is not None and prev is not None and prev[1] != callee:
+                    counts[(prev[0], prev[1], callee)] += 1
+                prev = (last_pc.get(host, pc), name)
+            elif c == b"I" and line.startswith(b"IN:"):
+                listing, pending = True, None
+            elif listing and c == b"0":
+                pending = int(line.split(b":", 1)[0], 16)
+            elif c == b"\n":
+                listing = False
+    return counts
+
+
 def count_log(path: str) -> int:
     """Guest instructions executed, from a `-d in_asm,exec,nochain` log (block_counts)."""
     return sum(block_counts(path).values())

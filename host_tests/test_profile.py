@@ -48,6 +48,38 @@ def test_function_counts_from_a_written_log(tmp_path):
     assert host.block_counts(str(log), within="nk_dot") == {0x10010: 4}   # by guest address
 
 
+CALL_LOG = b"""\
+IN: main
+0x00010000:  e3a00000  mov r0, #0
+0x00010004:  eb000003  bl #0x10020
+
+Trace 0: 0x7f0000000100 [00000480/00010000/00000000/00000200] main
+IN: __addsf3
+0x00010020:  e0800001  add r0, r0, r1
+0x00010024:  e12fff1e  bx lr
+
+Trace 0: 0x7f0000000200 [00000480/00010020/00000000/00000200] __addsf3
+IN: main
+0x00010008:  eb000004  bl #0x10020
+
+Trace 0: 0x7f0000000300 [00000480/00010008/00000000/00000200] main
+Trace 0: 0x7f0000000200 [00000480/00010020/00000000/00000200] __addsf3
+Trace 0: 0x7f0000000300 [00000480/00010008/00000000/00000200] main
+Trace 0: 0x7f0000000200 [00000480/00010020/00000000/00000200] __addsf3
+Trace 0: 0x7f0000000200 [00000480/00010020/00000000/00000200] __addsf3
+"""
+
+
+def test_call_counts_from_a_written_log(tmp_path):
+    log = tmp_path / "exec.log"
+    log.write_bytes(CALL_LOG)
+    counts = host.call_counts(str(log), {0x10020: "__addsf3"})
+    # one call from main's first block (its last instruction, the bl at 0x10004), two from
+    # the block at 0x10008; re-entering the entry from __addsf3 itself is not a call
+    assert counts == {(0x10004, "main", "__addsf3"): 1, (0x10008, "main", "__addsf3"): 2}
+    assert host.call_counts(str(log), {0x10024: "nowhere"}) == {}
+
+
 def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys):
     board = boards.load("rpi-zero2")
     why = boards.missing_tools(board, run=True)
