@@ -135,6 +135,21 @@ def test_engine_takes_the_log_domain_sinkhorn_where_the_reference_does(tmp_path,
     assert np.array_equal(got, want)
 
 
+def test_engine_attends_past_a_run_of_128_positions_bit_for_bit(engines, tmp_path):
+    """docs/numerics.md §6: the integer weighted sum adds its int32 sums in runs of 128
+    visible positions; `small` (window 160) at 150 teacher-forced positions crosses one run
+    boundary in every layer, stepped and through the prefill pass."""
+    from generator.archive import reader
+    from generator.model import Needle2
+    tokens = [2] + [int(x) for x in np.random.default_rng(4).integers(3, 8192, size=149)]
+    want = Needle2(reader.read((GOLDEN / "small" / "archive.cact").read_bytes()), "a8").logits(tokens)
+    got = teacher_forced(engines["small"], tokens, tmp_path / "long.f32")
+    assert np.array_equal(got, want)
+    out = tmp_path / "long-prefill.f32"      # the first 140 in passes, then 10 steps
+    run(engines["small"], "--tokens", ",".join(map(str, tokens)), "--prefill", 140, "--logits", out)
+    assert np.array_equal(np.fromfile(out, dtype="<f4").reshape(11, -1), want[139:])
+
+
 @pytest.mark.parametrize("preset", ["tiny", "small", "needle2-base"])
 def test_every_preset_generates_builds_and_runs(preset, tmp_path):
     archive = tmp_path / f"{preset}.cact"

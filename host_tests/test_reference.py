@@ -312,6 +312,38 @@ def test_sinkhorn_takes_the_log_domain_where_an_exp_could_underflow():
     assert not np.array_equal(nm.sinkhorn(edge), exp_only)
 
 
+def test_int8_attention_is_the_float_attention_on_the_round_trips():
+    """docs/numerics.md §6: the integer scores equal q̂·k̂/√h on the int8 round trips, and the
+    integer weighted sum equals Σ w·v̂ up to the 16-bit weights.  Bounds: a score is a sum of
+    ≤ 2 group terms, each one product of two roundings (3 ulp of |score| ≤ 4e-7 relative);
+    the weighted sum's weights are off by at most 2^-17·M each, so |Δo| ≤ n·2^-17·M·127·sv
+    over n positions, i.e. 2^-17·n relative to 127·M·sv; 300 positions cross two runs of 128
+    (test_engine.py pins the runs against the engine)."""
+    rng = np.random.default_rng(3)
+    T, H, P, h, grp = 2, 2, 300, 64, 32
+    q = rng.normal(size=(T, H, h)).astype(np.float32)
+    kc, ks = nm.int8_codes(rng.normal(size=(P, H, h)).astype(np.float32), grp)
+    vc, vs = nm.int8_codes(rng.normal(size=(P, H, h)).astype(np.float32), grp)
+    sqrt_h = nm.sqrt_f32(h)
+    got = nm.int8_scores(q, kc, ks, grp, sqrt_h)
+    qc, qs = nm.int8_codes(q, grp)
+    qhat = (qc.astype(np.float64).reshape(T, H, 2, grp) * qs[..., None]).reshape(T, H, h)
+    khat = (kc.astype(np.float64).reshape(P, H, 2, grp) * ks[..., None]).reshape(P, H, h)
+    want = np.einsum("thc,phc->thp", qhat, khat) / float(sqrt_h)
+    assert np.abs(got - want).max() <= 4e-7 * np.abs(want).max() * 8
+    w = rng.random((T, H, P)).astype(np.float32)
+    w /= w.sum(axis=-1, keepdims=True)
+    mask = np.ones((T, 1, P), bool)
+    mask[0, :, 250:] = False                        # the first query sees 250 positions
+    w = np.where(mask, w, np.float32(0))
+    o = nm.int8_weighted_sum(w, mask, vc, vs, grp)
+    vhat = (vc.astype(np.float64).reshape(P, H, 2, grp) * vs[..., None]).reshape(P, H, h)
+    exact = np.einsum("thp,phc->thc", w.astype(np.float64), vhat)
+    a = (w[..., None] * np.repeat(vs.transpose(1, 0, 2)[None], T, 0)).max(axis=2)   # M per group
+    bound = 2.0 ** -17 * P * 127 * np.repeat(a, grp, axis=-1) + 1e-6 * np.abs(exact)
+    assert (np.abs(o - exact) <= bound).all()
+
+
 def test_rejects_bad_tokens_and_overlong_sequences(archives):
     m = Needle2(archives["tiny"], "a8")
     with pytest.raises(CactError, match="outside the vocabulary"):

@@ -657,7 +657,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
         attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
         vector_float=opts.kernels in VECTOR_FLOAT,
-        key_columns=opts.kernels in KEY_COLUMNS,
+        key_columns=opts.kernels in KEY_COLUMNS and h["kv_bits"] != 8,   # int8: integer scores
         kv_prefetch=opts.kernels in KV_PREFETCH,
         warnings=tuple(warnings),
         generation=gen,

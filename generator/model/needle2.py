@@ -26,6 +26,7 @@ from generator.archive import quant
 from generator.archive import roles as R
 from generator.errors import CactError
 from generator.archive.format import BOS_ID, EOS_ID
+from generator.archive.format import KV_INT8_GROUP_N2
 from generator.model import numerics as nm
 from generator.model.numerics import ENGRAM_HASH_PRIME, ENGRAM_HASH_SEED, F32, MASK32
 
@@ -38,6 +39,10 @@ class State:
 
     tokens: list[int] = field(default_factory=list)
     keys: list[np.ndarray] = field(default_factory=list)      # per layer [P, G, h]
+    key_codes: list[np.ndarray] = field(default_factory=list)  # a8 at kv_bits 8: [P, G, h] int8
+    key_scales: list[np.ndarray] = field(default_factory=list) # ... and [P, G, groups] f32
+    value_codes: list[np.ndarray] = field(default_factory=list)   # the same for values
+    value_scales: list[np.ndarray] = field(default_factory=list)
     values: list[np.ndarray] = field(default_factory=list)
     engram_v: list[np.ndarray] = field(default_factory=list)  # per site [P, d] pre-conv values
     cells: list[np.ndarray] = field(default_factory=list)     # per call [T, L+1, d] (probe heads)
@@ -229,6 +234,19 @@ class Needle2:
         """Queries after RoPE as attention reads them: unchanged in Needle 2."""
         return q
 
+    @property
+    def int8_scores(self) -> bool:
+        """a8 at kv_bits 8: attention scores are integer dots on the int8 codes (§6)."""
+        return self.mode == "a8" and self.kv_bits == 8
+
+    def key_group(self) -> int:
+        """Values sharing one int8 scale in a stored key (Needle 2: 32)."""
+        return KV_INT8_GROUP_N2
+
+    def value_group(self) -> int:
+        """... and in a stored value."""
+        return KV_INT8_GROUP_N2
+
     def kv_code(self, x: np.ndarray) -> np.ndarray:
         """What the KV cache gives back for a stored head vector (its round trip)."""
         if self.kv_bits == 8:
@@ -247,24 +265,34 @@ class Needle2:
         """How many cache rows back the queries of layer l can reach (0: all of them)."""
         return self.W_kv if self.n_sinks == 0 else 0
 
-    def attention(self, l: int, q: np.ndarray, keys: np.ndarray, values: np.ndarray,
+    def attention(self, l: int, q: np.ndarray, keys, values,
                   start: int) -> np.ndarray:
-        """q [T, H, h_q] against the cache of layer l [P, G, ·]; returns o [T, H, h_v] (§5 B6, §6)."""
+        """q [T, H, h_q] against the cache of layer l [P, G, ·]; returns o [T, H, h_v] (§5 B6, §6).
+        `keys`, `values`: the coded vectors [P, G, h] as f32, or (int8 codes, scales) where
+        the scores are integer dots and the value scales fold into the weights
+        (`int8_scores`)."""
         T = q.shape[0]
         r = self.H // self.G
         span = self.span(l)
         lo = max(0, start - span + 1) if span else 0
         P = np.arange(lo, start + T)
-        kh = np.repeat(keys[lo:start + T], r, axis=1)    # [P, H, h_q], head i uses group i // r
-        vh = np.repeat(values[lo:start + T], r, axis=1)  # [P, H, h_v]
-        scores = np.zeros((T, self.H, len(P)), dtype=F32)
-        for c in range(self.hq):
-            scores = scores + q[:, :, c, None] * kh[None, :, :, c].transpose(0, 2, 1)
-        scores = scores / self.sqrt_hq
+        if isinstance(keys, tuple):
+            codes, scales = (np.repeat(x[lo:start + T], r, axis=1) for x in keys)
+            scores = nm.int8_scores(q, codes, scales, self.key_group(), self.sqrt_hq)
+        else:
+            kh = np.repeat(keys[lo:start + T], r, axis=1)    # [P, H, h_q]
+            scores = np.zeros((T, self.H, len(P)), dtype=F32)
+            for c in range(self.hq):
+                scores = scores + q[:, :, c, None] * kh[None, :, :, c].transpose(0, 2, 1)
+            scores = scores / self.sqrt_hq
+            vh = np.repeat(values[lo:start + T], r, axis=1)  # [P, H, h_v], head i uses group i // r
         mask = np.stack([self.visible(l, start + i, P) for i in range(T)])[:, None, :]
         m = np.where(mask, scores, -np.inf).max(axis=-1, keepdims=True)
         e = np.where(mask, nm.exp(np.where(mask, scores - m, 0)), F32(0))
         w = e / nm.seq_sum(e)[..., None]
+        if isinstance(values, tuple):
+            codes, scales = (np.repeat(x[lo:start + T], r, axis=1) for x in values)
+            return nm.int8_weighted_sum(w, mask, codes, scales, self.value_group())
         o = np.zeros((T, self.H, self.hv), dtype=F32)
         for k in range(len(P)):
             o = o + w[:, :, k, None] * vh[k][None]
@@ -297,11 +325,22 @@ class Needle2:
         k = nm.zc_rmsnorm(k.reshape(T, self.G, self.hq), self.vec(p + "k_norm"))
         v = v.reshape(T, self.G, self.hv)
         cos, sin = nm.rope_tables(np.arange(start, start + T), self.hq, self.theta)
-        q = self.q_code(nm.rope(q, cos[:, None], sin[:, None]))
+        q = nm.rope(q, cos[:, None], sin[:, None])
         k = nm.rope(k, cos[:, None], sin[:, None])
-        state.keys[l] = np.concatenate([state.keys[l], self.kv_code(k)])    # B5: cache
-        state.values[l] = np.concatenate([state.values[l], self.kv_code(v)])
-        o = self.attention(l, q, state.keys[l], state.values[l], start).reshape(T, self.H * self.hv)
+        if self.int8_scores:                                                # B5: cache
+            for x, grp, codes, scales in ((k, self.key_group(), state.key_codes, state.key_scales),
+                                          (v, self.value_group(), state.value_codes, state.value_scales)):
+                c, sc = nm.int8_codes(x, grp)
+                codes[l] = np.concatenate([codes[l], c])
+                scales[l] = np.concatenate([scales[l], sc])
+            keys = (state.key_codes[l], state.key_scales[l])
+            values = (state.value_codes[l], state.value_scales[l])
+        else:
+            q = self.q_code(q)
+            state.keys[l] = np.concatenate([state.keys[l], self.kv_code(k)])
+            state.values[l] = np.concatenate([state.values[l], self.kv_code(v)])
+            keys, values = state.keys[l], state.values[l]
+        o = self.attention(l, q, keys, values, start).reshape(T, self.H * self.hv)
         o = o * nm.sigmoid(self.matvec(self.lin(p + "gate_proj"), a, act))  # B6-B7: gated
         att = self.matvec(self.lin(p + "out_proj"), o)                      # B8
         att = nm.zc_rmsnorm(att, self.vec(p + "post_norm"))                 # B9
@@ -313,6 +352,12 @@ class Needle2:
     def new_state(self) -> State:
         s = self.STATE()
         s.keys = [np.zeros((0, self.G, self.hq), F32) for _ in range(self.L)]
+        s.key_codes = [np.zeros((0, self.G, self.hq), np.int8) for _ in range(self.L)]
+        ng = -(-self.hq // self.key_group())
+        s.key_scales = [np.zeros((0, self.G, ng), F32) for _ in range(self.L)]
+        s.value_codes = [np.zeros((0, self.G, self.hv), np.int8) for _ in range(self.L)]
+        ng = -(-self.hv // self.value_group())
+        s.value_scales = [np.zeros((0, self.G, ng), F32) for _ in range(self.L)]
         s.values = [np.zeros((0, self.G, self.hv), F32) for _ in range(self.L)]
         s.engram_v = [np.zeros((0, self.d), F32) for _ in self.sites]
         return s

@@ -131,6 +131,13 @@ class Needle3(Needle2):
         """Queries after RoPE: per-head int8 round trip (one group of h_q values)."""
         return nm.int8_roundtrip(q)
 
+    def key_group(self) -> int:
+        """A stored key has one int8 scale per head vector."""
+        return self.hq
+
+    def value_group(self) -> int:
+        return self.hv
+
     def kv_code(self, x: np.ndarray) -> np.ndarray:
         """What the KV cache gives back: per-head int8 at kv_bits 8, CQ group 64 at 2–4."""
         if self.kv_bits == 8:

@@ -403,6 +403,78 @@ def kv_int8(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def int8_codes(x: np.ndarray, group: int):
+    """The int8 KV code itself: (codes int8 [..., h], scales f32 [..., ceil(h/group)]),
+    quantize_int8 on each group of `group` values along the last axis (the last group may be
+    shorter)."""
+    x = f32(x)
+    h = x.shape[-1]
+    codes = np.empty(x.shape, dtype=np.int8)
+    scales = []
+    for s in range(0, h, group):
+        q, scale = quantize_int8(x[..., s:s + group])
+        codes[..., s:s + group] = q
+        scales.append(scale)
+    return codes, np.stack(scales, axis=-1).astype(F32)
+
+
+def int8_scores(q: np.ndarray, key_codes: np.ndarray, key_scales: np.ndarray, group: int,
+                sqrt_h: np.float32) -> np.ndarray:
+    """Attention scores on the int8 KV cache (docs/numerics.md §6): the query [T, H, h] is
+    quantised with the keys' groups, each group's dot with a key [P, H, h] is an exact
+    integer, and e = Σ_j f32(f32(dot_j) · f32(f32(sq_j / √h) · sk_j)), ascending j from +0.
+    Returns [T, H, P]."""
+    qc, qs = int8_codes(q, group)
+    sqh = qs / sqrt_h                                                   # [T, H, ng]
+    acc = np.zeros((q.shape[0], q.shape[1], key_codes.shape[0]), dtype=F32)
+    for j in range(qs.shape[-1]):
+        sl = slice(j * group, (j + 1) * group)
+        dot = np.einsum("thc,phc->thp", qc[..., sl].astype(np.int64),
+                        key_codes[..., sl].astype(np.int64))             # exact integers
+        coef = sqh[:, :, j, None] * key_scales[:, :, j].T[None]         # f32(sqh · sk)
+        acc = acc + dot.astype(F32) * coef
+    return acc
+
+
+WS_BITS = 16          # attention weights in fixed point: u = rne(a · 2^16 / max a)
+WS_CHUNK = 128        # visible positions per int32 sum: 128 · 2^16 · 127 < 2^30
+
+
+def int8_weighted_sum(w: np.ndarray, mask: np.ndarray, value_codes: np.ndarray,
+                      value_scales: np.ndarray, group: int) -> np.ndarray:
+    """The attention output on the int8 KV cache, in integers (docs/numerics.md §6).
+
+    w [T, H, P] softmax weights (0 where masked), mask [T, 1 or H, P], value codes [P, H, h]
+    int8 and scales [P, H, groups].  Per query, head and value group j: `a_p = f32(w_p ·
+    sv_p,j)`, `M = max a_p`; if M > 0, `u_p = rne(f32(a_p · f32(2^16 / M)))` (integers
+    0 … 2^16); the visible positions, ascending, in runs of 128: `acc_c = Σ u_p · v_p,c`
+    (exact in int32), `o_c = f32(o_c + f32(f32(acc_c) · f32(M · 2^-16)))` run by run from
+    +0.  Returns [T, H, h]."""
+    T, H = w.shape[:2]
+    h = value_codes.shape[-1]
+    mask = np.broadcast_to(mask, w.shape)
+    chunk = np.where(mask, np.cumsum(mask, axis=-1) - 1, -1) // WS_CHUNK     # [T, H, P]
+    chunk = np.where(mask, chunk, -1)
+    runs = int(chunk.max()) + 1 if chunk.size else 0
+    one, unit = F32(2.0 ** WS_BITS), F32(2.0 ** -WS_BITS)
+    o = np.zeros((T, H, h), dtype=F32)
+    codes = value_codes.astype(np.int64)
+    for j, s in enumerate(range(0, h, group)):
+        sl = slice(s, s + group)
+        a = w * value_scales[:, :, j].T[None]                            # [T, H, P] f32
+        a = np.where(mask, a, F32(0))
+        m = a.max(axis=-1)                                               # [T, H]
+        pos = m > 0
+        inv = np.where(pos, one / np.where(pos, m, ONE), F32(0))
+        u = np.where(mask, rne(a * inv[..., None]), F32(0)).astype(np.int64)
+        ms = m * unit
+        for k in range(runs):
+            uk = np.where(chunk == k, u, 0)
+            acc = np.einsum("thp,phc->thc", uk, codes[:, :, sl])          # exact integers
+            o[..., sl] = o[..., sl] + acc.astype(F32) * ms[..., None]
+    return o
+
+
 def kv_cq_levels(bits: int, codebook: np.ndarray):
     """(levels, midpoints) of the CQ KV code: header levels × f32(√2) (group 64)."""
     lv = quant.level_table(bits, codebook) * sqrt_f32(2.0)
