@@ -127,19 +127,19 @@ def engine_text(binary: str) -> dict:
 
 # ---- instruction counting under qemu-user ---------------------------------------------
 
-def block_counts(path: str, within: str | None = None) -> collections.Counter:
-    """Guest instructions executed, by function, from a `-d in_asm,exec,nochain` log.
+def executed_blocks(path: str):
+    """(host address, the Trace line split in five, instructions, last instruction line) of
+    every block execution in a `-d in_asm,exec,nochain` log, in order.
 
     A translation ("IN:" then one line per instruction) is logged right before the block's
     first execution, so the next "Trace" line names the block's host address; later "Trace"
-    lines with that address add its length again.  A retranslation at a reused address
-    replaces the length.  A "Trace" line ends with the name of the block's function ("?"
-    where QEMU has none); with `within`, only that function's blocks count, by their first
-    guest address (the second field in brackets)."""
-    sizes: dict[bytes, int] = {}
-    counts: collections.Counter = collections.Counter()
-    pending = -1
-    counting = False
+    lines with that address run it again.  A retranslation at a reused address replaces its
+    length and last instruction.  A "Trace" line ends with the name of the block's function
+    ("?" where QEMU has none); its bracketed field holds the block's first guest address
+    (second in "/").  Fields are left as bytes: the logs run to gigabytes."""
+    blocks: dict[bytes, tuple[int, bytes]] = {}
+    pending, last = -1, b""
+    listing = False
     with open(path, "rb") as fh:
         for line in fh:
             c = line[:1]
@@ -147,20 +147,38 @@ def block_counts(path: str, within: str | None = None) -> collections.Counter:
                 parts = line.rstrip(b"\n").split(b" ", 4)
                 host = parts[2]
                 if pending >= 0:
-                    sizes[host] = pending
+                    blocks[host] = (pending, last)
                     pending = -1
-                counting = False
-                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
-                if within is None:
-                    counts[name] += sizes[host]
-                elif name == within:
-                    counts[int(parts[3].strip(b"[]").split(b"/")[1], 16)] += sizes[host]
+                listing = False
+                size, tail = blocks[host]
+                yield host, parts, size, tail
             elif c == b"I" and line.startswith(b"IN:"):
-                counting, pending = True, 0
-            elif counting and c == b"0":
+                listing, pending, last = True, 0, b""
+            elif listing and c == b"0":
                 pending += 1
+                last = line
             elif c == b"\n":
-                counting = False
+                listing = False
+
+
+def _function(parts: list[bytes]) -> str:
+    return (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
+
+
+def _guest(parts: list[bytes]) -> int:
+    return int(parts[3].strip(b"[]").split(b"/")[1], 16)
+
+
+def block_counts(path: str, within: str | None = None) -> collections.Counter:
+    """Guest instructions executed, by function (executed_blocks); with `within`, only that
+    function's blocks count, by their first guest address."""
+    counts: collections.Counter = collections.Counter()
+    for _host, parts, size, _last in executed_blocks(path):
+        name = _function(parts)
+        if within is None:
+            counts[name] += size
+        elif name == within:
+            counts[_guest(parts)] += size
     return counts
 
 
@@ -168,36 +186,17 @@ def call_counts(path: str, entries: dict[int, str]) -> collections.Counter:
     """Calls into the functions `entries` names ({entry guest address: name}), from a
     `-d in_asm,exec,nochain` log, by (guest address of the calling block's last
     instruction, the calling block's function, callee).  A call is an executed block that
-    starts at a callee's entry right after a block that does not; the caller's last
-    instruction is the call (or, on MIPS, its delay slot), which addr2line maps to the call's
-    source line.  The same parsing as block_counts, so any architecture's log works."""
-    last_pc: dict[bytes, int] = {}
+    starts at a callee's entry right after a block of another function; the caller's last
+    instruction is the call (or, on MIPS, its delay slot), which addr2line maps to the
+    call's source line.  Any architecture's log works."""
     counts: collections.Counter = collections.Counter()
-    pending: int | None = None
-    listing = False
-    prev: tuple[int, str] | None = None
-    with open(path, "rb") as fh:
-        for line in fh:
-            c = line[:1]
-            if c == b"T" and line.startswith(b"Trace "):
-                parts = line.rstrip(b"\n").split(b" ", 4)
-                host = parts[2]
-                if pending is not None:
-                    last_pc[host] = pending
-                    pending = None
-                listing = False
-                name = (parts[4].strip() if len(parts) > 4 else b"").decode("ascii", "replace") or "?"
-                pc = int(parts[3].strip(b"[]").split(b"/")[1], 16)
-                callee = entries.get(pc)
-                if callee is not None and prev is not None and prev[1] != callee:
-                    counts[(prev[0], prev[1], callee)] += 1
-                prev = (last_pc.get(host, pc), name)
-            elif c == b"I" and line.startswith(b"IN:"):
-                listing, pending = True, None
-            elif listing and c == b"0":
-                pending = int(line.split(b":", 1)[0], 16)
-            elif c == b"\n":
-                listing = False
+    prev: tuple[bytes, list[bytes]] | None = None          # parsed only where a call follows
+    for _host, parts, _size, last in executed_blocks(path):
+        callee = entries.get(_guest(parts))
+        if callee is not None and prev is not None and _function(prev[1]) != callee:
+            where = int(prev[0].split(b":", 1)[0], 16) if prev[0] else _guest(prev[1])
+            counts[(where, _function(prev[1]), callee)] += 1
+        prev = (last, parts)
     return counts
 
 
