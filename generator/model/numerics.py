@@ -393,14 +393,10 @@ def a8_gemv(q: np.ndarray, gscale: np.ndarray, lvl: np.ndarray, norms: np.ndarra
 
 
 def kv_int8(x: np.ndarray) -> np.ndarray:
-    """Round trip of the int8 KV cache: groups of 32 along the head vector (the last group
-    may be shorter), scale f32(amax/127), code rne(f32(x·f32(127/amax)))."""
-    out = np.empty_like(f32(x))
-    h = x.shape[-1]
-    for s in range(0, h, KV_INT8_GROUP_N2):
-        q, scale = quantize_int8(x[..., s:s + KV_INT8_GROUP_N2])
-        out[..., s:s + KV_INT8_GROUP_N2] = q.astype(F32) * scale[..., None]
-    return out
+    """Round trip of the int8 KV cache: int8_codes in groups of 32 along the head vector,
+    read back as f32(f32(code) · scale)."""
+    codes, scales = int8_codes(x, KV_INT8_GROUP_N2)
+    return codes.astype(F32) * np.repeat(scales, KV_INT8_GROUP_N2, axis=-1)[..., :x.shape[-1]]
 
 
 def int8_codes(x: np.ndarray, group: int):
@@ -453,8 +449,7 @@ def int8_weighted_sum(w: np.ndarray, mask: np.ndarray, value_codes: np.ndarray,
     T, H = w.shape[:2]
     h = value_codes.shape[-1]
     mask = np.broadcast_to(mask, w.shape)
-    chunk = np.where(mask, np.cumsum(mask, axis=-1) - 1, -1) // WS_CHUNK     # [T, H, P]
-    chunk = np.where(mask, chunk, -1)
+    chunk = np.where(mask, (np.cumsum(mask, axis=-1) - 1) // WS_CHUNK, -1)   # run of each visible p
     runs = int(chunk.max()) + 1 if chunk.size else 0
     one, unit = F32(2.0 ** WS_BITS), F32(2.0 ** -WS_BITS)
     o = np.zeros((T, H, h), dtype=F32)
