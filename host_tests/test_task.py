@@ -226,6 +226,65 @@ def test_copy_drills_are_short_copy_heavy_examples(drill_examples, train_example
     assert length(drill_examples) < 0.8 * length(train_examples)
 
 
+def _runs_of(needle: list, hay: list) -> bool:
+    return any(hay[i:i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
+
+
+def test_aligned_targets_copy_values_in_the_querys_pieces(heldout_examples, train_examples, tok):
+    """A recipe's aligned_targets: the answer is the same text, and a copied value is the
+    query's pieces with the first one's space dropped ("start without me": `st art` as in the
+    query's `▁st art`, not the joint encoding's `start`)."""
+    ex = {"tools": [TOOLS["send_message"]], "query": "let Felix know that start without me",
+          "calls": [{"name": "send_message",
+                     "arguments": {"contact": "Felix", "text": "start without me"}}]}
+    prompt, joint = encode(ex, tok)
+    _, aligned = encode(ex, tok, aligned=True)
+    pieces = [tok.id_to_piece(i) for i in aligned]
+    assert pieces[pieces.index("text") + 2:pieces.index("text") + 7] == [
+        "st", "art", "\u2581with", "out", "\u2581me"]
+    assert "start" in [tok.id_to_piece(i) for i in joint]
+    assert tok.decode(aligned[:-1]) == tok.decode(joint[:-1]) == target_text(ex)
+    changed = 0
+    for ex in heldout_examples + train_examples[:300]:
+        prompt, joint = encode(ex, tok)
+        p2, aligned = encode(ex, tok, aligned=True)
+        assert p2 == prompt and aligned[-1] == tok.eos_id
+        assert tok.decode(aligned[:-1]) == target_text(ex)
+        assert aligned[:2] == joint[:2]                      # "▁", <tool_call>
+        changed += aligned != joint
+        for call in ex["calls"]:
+            for value in call["arguments"].values():
+                if isinstance(value, str) and " " + value in " " + ex["query"]:
+                    # the value's query pieces after its first one follow in the answer too
+                    ids = tok.encode(" " + value)
+                    if len(ids) > 1 and _runs_of(ids, prompt):
+                        assert _runs_of(ids[1:], aligned), (ex["query"], value)
+    assert 0.05 < changed / 600 < 0.6, changed
+
+
+def test_echo_drills_copy_a_training_passage(tok):
+    """The echo drills (train.task.make_echoes): reproducible, an empty tools block (never an
+    example of the task), an answer that is the query's own run of pieces, no held-out value."""
+    assert all(prompt == render_prompt_ids(tok, "[]", tok.decode(target[:-1]))
+               for prompt, target in task.make_echoes(100, 5, tok))      # no tails by default
+    echoes = task.make_echoes(300, 5, tok, 0.5)
+    assert echoes == task.make_echoes(300, 5, tok, 0.5)
+    assert echoes != task.make_echoes(300, 6, tok, 0.5)
+    tails = 0
+    for prompt, target in echoes:
+        assert target[-1] == tok.eos_id and 4 <= len(target) - 1 <= task.ECHO_MAX_PIECES
+        passage = tok.decode(target[:-1])
+        queries = [passage] + [f"{passage} {tail}" for tail in task.ECHO_TAILS]
+        shown = [q for q in queries if prompt == render_prompt_ids(tok, "[]", q)]
+        assert len(shown) == 1, passage         # the query is the passage, or it and a tail
+        tails += shown[0] != passage
+        assert _runs_of(target[:-1], prompt)
+        assert not any(h in passage.lower() for h in task._HELDOUT_STRINGS if len(h) > 3)
+        assert 4 <= len(passage.split()) <= 14
+    assert abs(tails / len(echoes) - 0.5) < 0.1, tails
+    assert not {tail.split()[0] for tail in task.ECHO_TAILS} & set(task._FILLER)
+
+
 # --------------------------------------------------------------------------- held-out split
 
 def _template_regex(text: str) -> re.Pattern:
@@ -322,17 +381,22 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
 # --------------------------------------------------------------------------- prompt and demo
 
 @lru_cache(maxsize=None)
-def _longest_encoded(n: int, seed: int, drills: int = 0) -> tuple[int, int]:
-    """(longest prompt + answer, longest answer) in tokens over a recipe's training set and
-    its drills (the trainer draws them with data seed + 2; the two demo recipes share
-    theirs: computed once)."""
+def _longest_encoded(n: int, seed: int, drills: int = 0, aligned: bool = False,
+                     echoes: int = 0, tail_share: float = 0.0) -> tuple[int, int]:
+    """(longest prompt + answer, longest answer) in tokens over a recipe's training set, its
+    drills and its echo drills (the trainer draws them with data seed + 2 and + 3; recipes
+    that share them compute them once)."""
     tok = load_tokenizer()
     examples = _recipe_train(n, seed) + tuple(task.make_drills(drills, seed + 2))
-    lengths = [tuple(map(len, encode(ex, tok))) for ex in examples]
+    lengths = [tuple(map(len, encode(ex, tok, aligned))) for ex in examples]
+    lengths += [tuple(map(len, pair)) for pair in task.make_echoes(echoes, seed + 3, tok, tail_share)]
     return max(p + a for p, a in lengths), max(a for _, a in lengths)
 
 
-@pytest.mark.parametrize("name", ["needle2-demo", "needle3-demo", "needle2-drills"])
+RECIPES = sorted(path.stem for path in (ROOT / "train" / "recipes").glob("*.json"))
+
+
+@pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_example_fits_the_recipes_lengths(name):
     """The trainer refuses a run whose data outgrow seq_len/ans_len (one line, at start); a
     task change that lengthens the answers (longer invented words) must fail here, in CI,
@@ -340,7 +404,10 @@ def test_every_recipe_example_fits_the_recipes_lengths(name):
     recipe = json.loads((ROOT / "train" / "recipes" / f"{name}.json").read_text())
     t = recipe["train"]
     drills = t.get("drills", {}).get("examples", 0)
-    longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"], drills)
+    echoes = t.get("echo", {}).get("examples", 0)
+    longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"], drills,
+                                                   bool(t.get("aligned_targets")), echoes,
+                                                   t.get("echo", {}).get("tail_share", 0.0))
     assert longest_seq <= t["seq_len"] and longest_answer <= t["ans_len"], (longest_seq, longest_answer)
     assert longest_seq <= recipe["geometry"]["max_seq_len"]
 

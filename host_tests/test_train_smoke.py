@@ -66,3 +66,18 @@ def test_drills_are_mixed_in_at_the_recipes_share(tmp_path):
     with pytest.raises(SystemExit, match="drills share must be between 0 and 1"):
         T.run(toy, tmp_path / "e.cact", log=lambda _: None)
     assert not (tmp_path / "e.cact").exists()
+
+
+def test_echoes_take_their_share_of_the_first_steps(tmp_path):
+    """A recipe's `echo` (train.task.make_echoes) draws only within its first `steps`, about
+    its share of them; aligned_targets changes the answers' split, not what trains; a bad
+    echo is refused in one line."""
+    toy = copy.deepcopy(TOY)
+    toy["train"].update(steps=12, qat_steps=0, buckets=[224, 352], aligned_targets=True)
+    toy["train"]["echo"] = {"examples": 16, "steps": 6, "share": 0.99, "buckets": [128, 160]}
+    report = T.run(toy, tmp_path / "c.cact", log=lambda _: None)
+    assert report["echo_steps"] == 6
+    toy["train"]["echo"]["steps"] = 0
+    with pytest.raises(SystemExit, match="echo needs a share between 0 and 1 and steps > 0"):
+        T.run(toy, tmp_path / "f.cact", log=lambda _: None)
+    assert not (tmp_path / "f.cact").exists()

@@ -40,6 +40,7 @@ Command line (writes JSON lines)::
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import random
@@ -807,6 +808,62 @@ def make_drills(n: int, seed: int) -> list[dict]:
     return out
 
 
+#: Longest echo answer in pieces (the recipes' ans_len is 72 with EOS).
+ECHO_MAX_PIECES = 64
+#: Closing phrases an echo query may end with, left out of the answer (a recipe's
+#: ``echo.tail_share`` of the queries; none starts with a filler word of a passage).  An echo
+#: that always runs to the end of the query teaches copying to the end: the first Needle 3
+#: trained with echoes answered the demo query "what's the weather like in Lagos right now?"
+#: with the city "Lagos right now".
+ECHO_TAILS = ("please", "right now", "thanks", "for me", "today", "tonight", "right away",
+              "when you can", "thank you", "please?", "right now?", "today?")
+
+
+def make_echoes(n: int, seed: int, tok, tail_share: float = 0.0) -> list[tuple[list, list]]:
+    """``n`` encoded echo drills for the start of training: ``(prompt_ids, target_ids)`` of a
+    prompt with an empty tools block whose query is a passage of 4 to 14 training-only words
+    (invented names and words, filler, integers), in ``tail_share`` of them followed by a
+    closing phrase (:data:`ECHO_TAILS`), answered by the passage itself, piece for piece.  Every answer token is a copy of the token after the one the model last copied,
+    so the loss teaches the two-step copy (find the previous piece in the query, take its
+    successor) that copying an argument value needs, at fifty times the density of the task's
+    own answers.  No example of the task has an empty tools block, so the echo is never an
+    answer to it."""
+    from generator.tools.prompt import render_prompt_ids
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        words = []
+        for _ in range(rng.randint(4, 14)):
+            draw = rng.random()
+            if draw < 0.45:
+                word = _invented_word(rng)
+                words.append(word if rng.random() < 0.5 else word.lower())
+            elif draw < 0.8:
+                words.append(rng.choice(_FILLER))
+            else:
+                words.append(str(rng.randint(0, 999)))
+        passage = " ".join(words)
+        low = passage.lower()
+        if any(h in low for h in _HELDOUT_STRINGS if len(h) > 3):
+            continue
+        query = passage + (" " + rng.choice(ECHO_TAILS) if tail_share and rng.random() < tail_share else "")
+        prompt = render_prompt_ids(tok, "[]", query)
+        surfaces = [tok.id_to_piece(i) for i in prompt[1:]]
+        starts = list(itertools.accumulate((len(s) for s in surfaces), initial=0))
+        at = "".join(surfaces).rfind(passage.replace(" ", "▁"))
+        if at not in starts:
+            continue
+        if at + len(passage) not in starts:
+            continue
+        k = starts.index(at)                # the passage's first piece (it follows "\n")
+        end = starts.index(at + len(passage))
+        body = prompt[1 + k: 1 + end]
+        if len(body) > ECHO_MAX_PIECES:
+            continue
+        out.append((prompt, body + [tok.eos_id]))
+    return out
+
+
 def example_kind(example: dict) -> str:
     """"single", "multi", "chitchat" or "unserved" (an empty answer to a query that is not
     chit-chat), read back from an example."""
@@ -843,18 +900,89 @@ def load_tokenizer():
     return Tokenizer.from_blob(build_blob(TOKENIZER_MODEL))
 
 
-def encode(example: dict, tok) -> tuple[list[int], list[int]]:
+def encode(example: dict, tok, aligned: bool = False) -> tuple[list[int], list[int]]:
     """(prompt_ids, target_ids) for training or scoring.
 
     ``tok`` is a :class:`generator.archive.tokenizer.Tokenizer` (or anything with
     ``encode`` and ``bos_id`` / ``eos_id``, as ``render_prompt_ids`` needs).  The prompt is
     ``[BOS] + encode(prompt)``; the target is encoded on its own, as spec section 4.3 says,
     so it starts with the dummy-prefix piece "▁", and ends with EOS.
+
+    ``aligned`` (a recipe's ``aligned_targets``): every argument value copied from the query
+    is written with the query's own pieces (:func:`aligned_target_ids`), so copying it is
+    "the first piece without its space, then the pieces that follow it in the query".
     """
     from generator.tools.prompt import render_prompt_ids
     prompt_ids = render_prompt_ids(tok, tools_text(example), example["query"])
+    if aligned:
+        return prompt_ids, aligned_target_ids(example, tok, prompt_ids) + [tok.eos_id]
     target_ids = tok.encode(target_text(example)) + [tok.eos_id]
     return prompt_ids, target_ids
+
+
+def _without_prefix(tok):
+    """``tok`` encoding text as a continuation: no dummy-prefix "▁" in front."""
+    plain = copy.copy(tok)
+    plain.add_dummy_prefix = 0
+    return plain
+
+
+def aligned_target_ids(example: dict, tok, prompt_ids: list) -> list:
+    """The target's ids (without EOS) with every copied argument value in the query's pieces.
+
+    The joint encoding of the target splits a copied value by its JSON neighbours, not as the
+    query does: "start without me" is `▁st art ▁with out ▁me` in the query but `start ▁with
+    out ▁me` after `":"`, and a model trained on that must know how every word is spelled
+    to copy it.  Here the value's pieces are the query's, the first one without its "▁"
+    (re-encoded if that surface is no piece): the text is the same, only the split differs,
+    and a greedy decoder may emit any split of valid text.  The JSON between values keeps its
+    own encoding (as a continuation, no dummy prefix).  Values the query does not hold on
+    piece boundaries keep the joint encoding; the result always decodes to target_text."""
+    text = target_text(example)
+    surfaces = [tok.id_to_piece(i) for i in prompt_ids[1:]]
+    starts = list(itertools.accumulate((len(s) for s in surfaces), initial=0))
+    joined = "".join(surfaces)
+    query_at = joined.rfind(example["query"].replace(" ", "▁"))
+    if query_at < 0:
+        return tok.encode(text)
+    first_piece = {a: k for k, a in enumerate(starts[:-1])}
+    piece_end = {b: k for k, b in enumerate(starts[1:])}
+    plain = _without_prefix(tok)
+    ids, cursor = [], 0
+    for call in example["calls"]:
+        for key, value in call["arguments"].items():
+            shown = json.dumps(value, ensure_ascii=False)
+            raw = shown[1:-1] if isinstance(value, str) else shown
+            if isinstance(value, bool) or not raw or (isinstance(value, str) and raw != value):
+                continue
+            at = text.find(json.dumps(key) + ":" + shown, cursor)
+            if at < 0:
+                continue
+            v_at = at + len(json.dumps(key)) + 1 + (1 if isinstance(value, str) else 0)
+            found = joined.find(raw.replace(" ", "▁"), query_at)
+            if found < 0:
+                continue
+            end = found + len(raw)
+            if found in first_piece:
+                k, strip = first_piece[found], False
+            elif joined[found - 1] == "▁" and found - 1 in first_piece:
+                k, strip = first_piece[found - 1], True
+            else:
+                continue
+            if end not in piece_end:
+                continue
+            pieces = list(prompt_ids[1 + k: 2 + piece_end[end]])
+            if strip:
+                head = surfaces[k][1:]
+                pieces = pieces[1:]
+                if head:
+                    pieces = plain.encode(head.replace("▁", " ")) + pieces
+            ids += (tok if cursor == 0 else plain).encode(text[cursor:v_at]) + pieces
+            cursor = v_at + len(raw)
+    ids += (tok if cursor == 0 else plain).encode(text[cursor:])
+    if tok.decode(ids) != text:
+        return tok.encode(text)
+    return ids
 
 
 # --------------------------------------------------------------------------- command line

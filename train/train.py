@@ -16,7 +16,11 @@ position's arg-max equals the next target token iff greedy decoding reproduces t
 
 A recipe's optional `drills` ({"examples", "share", "buckets"}) mixes short copy-heavy
 examples (train/task.py make_drills) into that share of the steps, from their own length
-buckets; the report counts the steps that drew them (`drill_steps`).
+buckets; the report counts the steps that drew them (`drill_steps`).  An optional `echo`
+({"examples", "steps", "share", "buckets", "tail_share"}) draws echo drills (train/task.py make_echoes:
+copy the query back, piece for piece) in that share of the first `steps` steps
+(`echo_steps`), and `aligned_targets` writes every value copied from the query with the
+query's own pieces (task.aligned_target_ids; the same text, another split).
 
 The optional last phase is quantisation-aware: the forward pass sees every matrix through the
 CQ round trip of the format (straight-through gradient), so the exported 4-bit archive keeps
@@ -72,14 +76,16 @@ def header(geo: dict, generation: int = 2) -> dict:
 class Batches:
     """Encoded examples packed into fixed-shape arrays (one jit shape for the whole run)."""
 
-    def __init__(self, examples: list, tok, seq_len: int, ans_len: int):
+    def __init__(self, examples: list, tok, seq_len: int, ans_len: int, aligned: bool = False):
+        """``examples``: task examples (encoded by task.encode) or ``(prompt_ids, target_ids)``
+        pairs already encoded (task.make_echoes)."""
         self.seq_len, self.ans_len = seq_len, ans_len
         n = len(examples)
         self.tokens = np.zeros((n, seq_len), np.int32)
         self.where = np.zeros((n, ans_len), np.int32)    # positions whose logits predict the target
         self.mask = np.zeros((n, ans_len), np.float32)
         for i, ex in enumerate(examples):
-            prompt, target = task.encode(ex, tok)
+            prompt, target = ex if isinstance(ex, tuple) else task.encode(ex, tok, aligned)
             seq = prompt + target
             if len(seq) > seq_len or len(target) > ans_len:
                 raise SystemExit(f"train: example {i} needs {len(seq)} tokens ({len(target)} in the "
@@ -158,17 +164,24 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"])
     held_ex = task.make_examples("heldout", tr["heldout_examples"], recipe["data_seed"] + 1)
     seq_len, ans_len = tr["seq_len"], tr["ans_len"]
-    train_b = Batches(train_ex, tok, seq_len, ans_len)
-    held_b = Batches(held_ex, tok, seq_len, ans_len)
+    aligned = bool(tr.get("aligned_targets", False))   # copied values in the query's pieces
+    train_b = Batches(train_ex, tok, seq_len, ans_len, aligned)
+    held_b = Batches(held_ex, tok, seq_len, ans_len, aligned)
     drills = tr.get("drills")       # short copy-heavy examples mixed in (task.make_drills)
     if drills and not 0.0 < drills.get("share", 0.0) < 1.0:
         raise SystemExit(f"train: drills share must be between 0 and 1, not {drills.get('share')}")
     drill_b = (Batches(task.make_drills(drills["examples"], recipe["data_seed"] + 2), tok,
-                       seq_len, ans_len) if drills else None)
+                       seq_len, ans_len, aligned) if drills else None)
+    echo = tr.get("echo")           # echo drills in the first steps (task.make_echoes)
+    if echo and not (0.0 < echo.get("share", 0.0) < 1.0 and echo.get("steps", 0) > 0):
+        raise SystemExit(f"train: echo needs a share between 0 and 1 and steps > 0, not {echo}")
+    echo_b = (Batches(task.make_echoes(echo["examples"], recipe["data_seed"] + 3, tok,
+                                       echo.get("tail_share", 0.0)), tok, seq_len, ans_len)
+              if echo else None)
     log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
         f"in {time.time() - t_start:.1f} s")
     # answers are read from the first V_out logits
-    for b in (train_b, held_b) + ((drill_b,) if drill_b else ()):
+    for b in [train_b, held_b] + [x for x in (drill_b, echo_b) if x is not None]:
         top = int(np.take_along_axis(b.tokens, b.where + 1, axis=1)[b.mask > 0].max(initial=0))
         if top >= geo.V_out:
             raise SystemExit(f"train: answer token {top} is not below out_vocab {geo.V_out}")
@@ -213,15 +226,22 @@ def run(recipe: dict, out: Path, log=print) -> dict:
         drill_buckets = drill_b.buckets(drills.get("buckets", tr["buckets"]))
         drill_weights = np.array([len(i) for _, i in drill_buckets], np.float64)
         drill_weights /= drill_weights.sum()
+    if echo_b is not None:
+        echo_buckets = echo_b.buckets(echo.get("buckets", tr["buckets"]))
+        echo_weights = np.array([len(i) for _, i in echo_buckets], np.float64)
+        echo_weights /= echo_weights.sum()
     history = []
     phases = [("float", steps, False)] + ([("qat", qat_steps, True)] if qat_steps else [])
-    done = drill_steps = 0
+    done = drill_steps = echo_steps = 0
     for name, n_steps, quantise in phases:
         step, correct = make_step(quantise)
         run_loss = []
         for i in range(n_steps):
             source, sets, w = train_b, buckets, weights
-            if drill_b is not None and rng.random() < drills["share"]:
+            if echo_b is not None and done < echo["steps"] and rng.random() < echo["share"]:
+                source, sets, w = echo_b, echo_buckets, echo_weights
+                echo_steps += 1
+            elif drill_b is not None and rng.random() < drills["share"]:
                 source, sets, w = drill_b, drill_buckets, drill_weights
                 drill_steps += 1
             edge, pool = sets[rng.choice(len(sets), p=w)]
@@ -244,7 +264,8 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     tmp.write_bytes(blob)
     tmp.replace(out)
     report = dict(archive=str(out), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
-                  seconds=round(time.time() - t_start, 1), drill_steps=drill_steps, history=history,
+                  seconds=round(time.time() - t_start, 1), drill_steps=drill_steps,
+                  echo_steps=echo_steps, history=history,
                   jax=jax.__version__, optax=optax.__version__)
     log(f"train: wrote {out} ({len(blob)} bytes, sha256 {report['sha256'][:16]}…) "
         f"after {report['seconds']} s")
