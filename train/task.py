@@ -819,6 +819,13 @@ ECHO_TAILS = ("please", "right now", "thanks", "for me", "today", "tonight", "ri
               "when you can", "thank you", "please?", "right now?", "today?")
 
 
+def _pieces_of(tok, prompt_ids: list) -> tuple[list, list, str]:
+    """A prompt's pieces after BOS: their surfaces, where each starts in the joined surfaces
+    (and where the last ends), and the joined surfaces ("▁" for every space)."""
+    surfaces = [tok.id_to_piece(i) for i in prompt_ids[1:]]
+    return surfaces, list(itertools.accumulate(map(len, surfaces), initial=0)), "".join(surfaces)
+
+
 def make_echoes(n: int, seed: int, tok, tail_share: float = 0.0) -> list[tuple[list, list]]:
     """``n`` encoded echo drills for the start of training: ``(prompt_ids, target_ids)`` of a
     prompt with an empty tools block whose query is a passage of 4 to 14 training-only words
@@ -848,9 +855,8 @@ def make_echoes(n: int, seed: int, tok, tail_share: float = 0.0) -> list[tuple[l
             continue
         query = passage + (" " + rng.choice(ECHO_TAILS) if tail_share and rng.random() < tail_share else "")
         prompt = render_prompt_ids(tok, "[]", query)
-        surfaces = [tok.id_to_piece(i) for i in prompt[1:]]
-        starts = list(itertools.accumulate((len(s) for s in surfaces), initial=0))
-        at = "".join(surfaces).rfind(passage.replace(" ", "▁"))
+        surfaces, starts, joined = _pieces_of(tok, prompt)
+        at = joined.rfind(passage.replace(" ", "▁"))
         if at not in starts:
             continue
         if at + len(passage) not in starts:
@@ -939,9 +945,7 @@ def aligned_target_ids(example: dict, tok, prompt_ids: list) -> list:
     own encoding (as a continuation, no dummy prefix).  Values the query does not hold on
     piece boundaries keep the joint encoding; the result always decodes to target_text."""
     text = target_text(example)
-    surfaces = [tok.id_to_piece(i) for i in prompt_ids[1:]]
-    starts = list(itertools.accumulate((len(s) for s in surfaces), initial=0))
-    joined = "".join(surfaces)
+    surfaces, starts, joined = _pieces_of(tok, prompt_ids)
     query_at = joined.rfind(example["query"].replace(" ", "▁"))
     if query_at < 0:
         return tok.encode(text)

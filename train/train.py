@@ -111,6 +111,12 @@ class Batches:
             lo = edge
         return out
 
+    def bucket_weights(self, edges) -> tuple[list, np.ndarray]:
+        """The buckets of ``edges`` and the chance of drawing each: its share of the examples."""
+        sets = self.buckets(edges)
+        weights = np.array([len(i) for _, i in sets], np.float64)
+        return sets, weights / weights.sum()
+
     def take(self, idx: np.ndarray, geo, width: int | None = None):
         toks = self.tokens[idx][:, :width or self.seq_len]
         rows, valid = model_of(geo).engram_rows(geo, toks)
@@ -219,17 +225,11 @@ def run(recipe: dict, out: Path, log=print) -> dict:
 
     rng = np.random.default_rng(recipe["data_seed"])
     B = tr["batch"]
-    buckets = train_b.buckets(tr["buckets"])
-    weights = np.array([len(i) for _, i in buckets], np.float64)
-    weights /= weights.sum()
+    buckets, weights = train_b.bucket_weights(tr["buckets"])
     if drill_b is not None:
-        drill_buckets = drill_b.buckets(drills.get("buckets", tr["buckets"]))
-        drill_weights = np.array([len(i) for _, i in drill_buckets], np.float64)
-        drill_weights /= drill_weights.sum()
+        drill_buckets, drill_weights = drill_b.bucket_weights(drills.get("buckets", tr["buckets"]))
     if echo_b is not None:
-        echo_buckets = echo_b.buckets(echo.get("buckets", tr["buckets"]))
-        echo_weights = np.array([len(i) for _, i in echo_buckets], np.float64)
-        echo_weights /= echo_weights.sum()
+        echo_buckets, echo_weights = echo_b.bucket_weights(echo.get("buckets", tr["buckets"]))
     history = []
     phases = [("float", steps, False)] + ([("qat", qat_steps, True)] if qat_steps else [])
     done = drill_steps = echo_steps = 0
