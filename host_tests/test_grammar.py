@@ -504,6 +504,23 @@ SHORT_NAMES = st.one_of(st.sampled_from(["get_weather", "météo", "天气", "t"
 
 
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
+def test_a_prompt_the_context_cannot_hold_is_refused_in_one_line(name):
+    """Both generations refuse a prompt of max_seq_len tokens or more with the same words
+    (the property test below expects them whichever tools it draws; CI once drew a tools
+    list long enough for tiny's 256 tokens, and Needle 2's message was another)."""
+    from generator.tools.prompt import render_prompt_ids
+    from generator.tools.decode import run_turn
+    model, tok = engine(name)
+    tools = [{"name": f"tool_{k}", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "what the user asked for, word for word"}}}}
+        for k in range(12)]
+    ids = render_prompt_ids(tok, json.dumps(tools), "set a timer for ten minutes")
+    assert len(ids) >= model.hdr["max_seq_len"]
+    with pytest.raises(CactError, match="does not fit max_seq_len"):
+        run_turn(model, tok, compile_tools(json.dumps(tools)), ids, 24)
+
+
+@pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_turns_give_schema_valid_calls(name, data):

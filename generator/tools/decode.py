@@ -200,8 +200,8 @@ class Session:
         """Feed prompt_ids at the next positions, decode one constrained turn."""
         max_seq = self.model.hdr["max_seq_len"]
         if not prompt_ids or self.pos + len(prompt_ids) >= max_seq:
-            raise CactError(f"the prompt takes {len(prompt_ids)} tokens: it must be shorter than "
-                            f"max_seq_len {max_seq}")
+            raise CactError(f"the prompt takes {len(prompt_ids)} tokens and does not fit max_seq_len "
+                            f"{max_seq} (it must be shorter): shorten the tools or the query")
         budget = min(max_new, max_seq - self.pos - len(prompt_ids))
         list_min = self.g.nodes[self.g.root].min_bytes
         if list_min > CALL_MAX_JSON:
@@ -269,8 +269,8 @@ def raw_turn(model, prompt_ids: list, max_new: int) -> list:
     as in C.  A prompt the context cannot hold with one new token is refused, as in C."""
     max_seq = model.hdr["max_seq_len"]
     if not prompt_ids or len(prompt_ids) >= max_seq:
-        raise CactError(f"the prompt takes {len(prompt_ids)} tokens: it must be shorter than "
-                        f"max_seq_len {max_seq}")
+        raise CactError(f"the prompt takes {len(prompt_ids)} tokens and does not fit max_seq_len "
+                        f"{max_seq} (it must be shorter): shorten the tools or the query")
     return model.greedy(list(prompt_ids), min(max_seq, len(prompt_ids) + max_new))
 
 
