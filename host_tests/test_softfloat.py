@@ -1,7 +1,8 @@
 """The routers' own f32 add, subtract and multiply (firmware/softfloat/softfloat.c).
 
 Boards without an FPU (router-mt7621, router-ath79) link these in place of the compiler
-runtime's __addsf3, __subsf3 and __mulsf3.  They must give IEEE 754 results bit for bit,
+runtime's __addsf3, __subsf3 and __mulsf3, and the engine's butterflies call
+nk_sf_butterfly (both results of one a + b, a - b pair).  They must give IEEE 754 results bit for bit,
 or the routers would leave the engine's one numerics contract:
 
 * natively, under their NK_SOFTFLOAT_PREFIX names, against the host's hardware f32 (NumPy:
@@ -35,6 +36,8 @@ DRIVER = r"""
 #include <stdio.h>
 #include <string.h>
 
+void nk_sf_butterfly(float *x, float *y);   /* both builds: the engine's butterflies */
+
 #ifdef NK_SOFTFLOAT_PREFIX
 float nk_sf_add(float, float);
 float nk_sf_sub(float, float);
@@ -51,13 +54,14 @@ float nk_sf_mul(float, float);
 static float f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 static uint32_t u(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }
 
-/* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits; OUT gets a+b, a-b, a*b */
+/* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits; OUT gets a+b, a-b, a*b and
+ * the butterfly's a+b, a-b */
 int main(int argc, char **argv)
 {
     if (argc != 3) return 2;
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) return 2;
-    unsigned char buf[8 * 1024], res[12 * 1024];
+    unsigned char buf[8 * 1024], res[20 * 1024];
     size_t n;
     while ((n = fread(buf, 8, 1024, in)) > 0) {
         for (size_t i = 0; i < n; i++) {
@@ -65,11 +69,13 @@ int main(int argc, char **argv)
             uint32_t a = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
             uint32_t b = p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
             volatile float x = f(a), y = f(b);      /* no constant folding, no contraction */
-            uint32_t r[3] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)) };
-            for (int k = 0; k < 3; k++)
-                for (int j = 0; j < 4; j++) res[12 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
+            float s = f(a), d = f(b);
+            nk_sf_butterfly(&s, &d);
+            uint32_t r[5] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d) };
+            for (int k = 0; k < 5; k++)
+                for (int j = 0; j < 4; j++) res[20 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
         }
-        if (fwrite(res, 12, n, out) != n) return 3;
+        if (fwrite(res, 20, n, out) != n) return 3;
     }
     return fclose(out) != 0;
 }
@@ -121,7 +127,7 @@ def operand_pairs(n: int, seed: int = 7) -> np.ndarray:
 def expected(pairs: np.ndarray) -> np.ndarray:
     x, y = pairs[:, 0].view(F32), pairs[:, 1].view(F32)
     with np.errstate(all="ignore"):
-        return np.stack([x + y, x - y, x * y], axis=1).astype(F32).view(U32)
+        return np.stack([x + y, x - y, x * y, x + y, x - y], axis=1).astype(F32).view(U32)
 
 
 def compare(pairs: np.ndarray, got: np.ndarray) -> None:
@@ -130,9 +136,9 @@ def compare(pairs: np.ndarray, got: np.ndarray) -> None:
     nan_got = (got & U32(0x7FFFFFFF)) > U32(0x7F800000)
     nan_want = (want & U32(0x7FFFFFFF)) > U32(0x7F800000)
     bad = np.nonzero(((got != want) & ~(nan_got & nan_want)).any(axis=1))[0]
-    names = ("+", "-", "*")
+    names = ("+", "-", "*", "butterfly +", "butterfly -")
     detail = [f"{pairs[i, 0]:08x} {names[j]} {pairs[i, 1]:08x}: got {got[i, j]:08x}, IEEE {want[i, j]:08x}"
-              for i in bad[:10] for j in range(3) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
+              for i in bad[:10] for j in range(5) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
     assert bad.size == 0, f"{bad.size} of {len(pairs)} pairs differ:\n" + "\n".join(detail)
 
 
@@ -141,7 +147,7 @@ def run_driver(cmd: list[str], pairs: np.ndarray, tmp_path: Path) -> np.ndarray:
     run = subprocess.run(cmd + [str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr
-    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 3)
+    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 5)
 
 
 def build(board_name: str, tmp_path: Path, prefixed: bool) -> Path:
@@ -181,3 +187,17 @@ def test_routers_link_and_match(board_name, tmp_path):
     assert sizes == ours, f"the image's runtime functions are not firmware/softfloat's: {sizes} vs {ours}"
     pairs = operand_pairs(6_000_000, seed=11)
     compare(pairs, run_driver(board["emulator"]["command"] + [str(exe)], pairs, tmp_path))
+
+
+@pytest.mark.parametrize("board_name,fused", [("router-mt7621", True), ("router-ath79", True),
+                                              ("rpi-zero", False), ("host", False)])
+def test_soft_float_engines_take_the_fused_butterfly(board_name, fused, tmp_path):
+    """The engine of a board without an FPU runs its butterflies through nk_sf_butterfly (both
+    results from one unpacking, the bits of a + b and a - b above); every other board keeps
+    the plain f32 operations."""
+    board = boards.load(board_name)
+    archive = Path(__file__).resolve().parent / "golden" / "tiny" / "archive.cact"
+    boards.generate_engine(board, str(archive), str(tmp_path / "gen"))
+    kernels = (tmp_path / "gen" / "needle_kernels.c").read_text()
+    assert ("nk_sf_butterfly(x + j, x + j + h)" in kernels) == fused
+    assert boards.soft_float(board) == fused

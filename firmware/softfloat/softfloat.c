@@ -37,6 +37,7 @@
 float NK_SF_ADD(float a, float b);
 float NK_SF_SUB(float a, float b);
 float NK_SF_MUL(float a, float b);
+void nk_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
 
 #define SF_SIGN 0x80000000u
 #define SF_ABS 0x7fffffffu
@@ -250,4 +251,69 @@ float NK_SF_SUB(float a, float b)
 float NK_SF_MUL(float a, float b)
 {
     return sf_float(sf_mul(sf_bits(a), sf_bits(b)));
+}
+
+/* *x, *y = *x + *y, *x - *y: a butterfly of the engine's Hadamard transforms, where the soft-float
+ * runtime's add and subtract were a quarter of a router's token.  Both results are those of
+ * sf_add, with the operands unpacked, ordered and aligned once: the two share |a| and |b|, and
+ * one of them adds the magnitudes while the other subtracts them (a + b adds them when the
+ * signs agree, a - b when they differ).  Each takes the sign of the larger operand, which is
+ * -b for the difference when |b| > |a|; a zero difference of magnitudes is +0.  Anything off
+ * sf_add's fast path (an infinite or NaN operand, a zero or subnormal one, a subnormal
+ * result) goes to sf_add itself, out of line so that the common path keeps to registers. */
+static __attribute__((noinline)) void sf_butterfly_general(float *x, float *y, uint32_t a, uint32_t b)
+{
+    *x = sf_float(sf_add(a, b));
+    *y = sf_float(sf_add(a, b ^ SF_SIGN));
+}
+
+void nk_sf_butterfly(float *x, float *y)
+{
+    const uint32_t a = sf_bits(*x), b = sf_bits(*y);
+    uint32_t aa = a & SF_ABS, bb = b & SF_ABS;
+    uint32_t s_sum = a & SF_SIGN, s_diff = a & SF_SIGN;    /* signs when |a| >= |b| */
+    if (aa < bb) {
+        const uint32_t t = aa;
+        aa = bb;
+        bb = t;
+        s_sum = b & SF_SIGN;
+        s_diff = (b & SF_SIGN) ^ SF_SIGN;
+    }
+    const uint32_t ea = aa >> 23, eb = bb >> 23;
+    if (ea >= 255u || eb == 0u) {
+        sf_butterfly_general(x, y, a, b);
+        return;
+    }
+    const uint32_t ma = ((aa << 8) | SF_SIGN) >> 1;          /* implicit bit at 30, 7 guard bits */
+    uint32_t mb = ((bb << 8) | SF_SIGN) >> 1, d = ea - eb;
+    if (d > 7u) {
+        if (d > 31u)
+            d = 31u;
+        mb = (mb >> d) | ((mb << (32u - d)) != 0u);
+    } else {
+        mb >>= d;
+    }
+
+    uint32_t r_sub = 0u;                                /* ||a| - |b||: +0 when they are equal */
+    uint32_t m = ma - mb;
+    if (m != 0u) {
+        const uint32_t sh = (uint32_t)__builtin_clz(m) - 1u;
+        if (sh >= ea) {                                 /* a subnormal result */
+            sf_butterfly_general(x, y, a, b);
+            return;
+        }
+        m <<= sh;
+        m += 0x3fu + ((m >> 7) & 1u);
+        r_sub = ((ea - sh - 1u) << 23) + (m >> 7);
+    }
+    m = ma + mb;                                        /* |a| + |b|: at most one carry */
+    const uint32_t c = m >> 31, e = ea + c;
+    m = (m >> c) | (m & c);
+    m += 0x3fu + ((m >> 7) & 1u);
+    const uint32_t r_add = e >= 255u ? SF_INF : ((e - 1u) << 23) + (m >> 7);
+
+    const int same = !((a ^ b) & SF_SIGN);
+    const uint32_t sum = same ? r_add : r_sub, diff = same ? r_sub : r_add;
+    *x = sf_float(sum ? sum | s_sum : 0u);
+    *y = sf_float(diff ? diff | s_diff : 0u);
 }

@@ -367,6 +367,7 @@ def engine_options(board: dict, kv_window: int | None = None, kernels: str | Non
                         board_data=board, kernels=kernels or kernel_family(board),
                         head_tokens=head_tokens, threads=threads or default_threads(board),
                         prefill_chunk=prefill_chunk if prefill_chunk is not None else board.get("prefill_chunk"),
+                        soft_float=soft_float(board),
                         **({"thread_grain": thread_grain} if thread_grain is not None else {}))
 
 

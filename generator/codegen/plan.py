@@ -46,6 +46,7 @@ class Options:
     threads: int = 1                   # most threads a step uses (Linux boards: a pthread pool)
     thread_grain: int = 32768          # least weight bytes a thread takes when a product is split
     prefill_chunk: int | None = None   # tokens per prefill pass (None: from the board's RAM)
+    soft_float: bool = False           # no FPU: the firmware's soft-float runtime is linked in
 
 
 #: Placement `file`: the address the archive file is mapped at (boards may say otherwise),
@@ -257,6 +258,7 @@ class EnginePlan:
     gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
     attention_lanes: int                # ATT_LANES: decode attention's positions side by side
     vector_float: bool                  # the family's compiler vectorises f32 loops exactly
+    soft_float: bool                    # butterflies through nk_sf_butterfly (firmware/softfloat)
     key_columns: bool                   # decode attention transposes key rows (nk_columns8)
     kv_prefetch: bool                   # decode attention prefetches the KV cache ahead
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
@@ -657,6 +659,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
         attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
         vector_float=opts.kernels in VECTOR_FLOAT,
+        soft_float=opts.soft_float,
         key_columns=opts.kernels in KEY_COLUMNS and h["kv_bits"] != 8,   # int8: integer scores
         kv_prefetch=opts.kernels in KV_PREFETCH,
         warnings=tuple(warnings),
