@@ -251,10 +251,12 @@ def unit_gen(tmp_path_factory):
     return root, archive
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "scalar"])
-def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path):
-    """scalar: its per-shape nk_gemv_a8 instances against the generic nk_gemv_a8_scalar."""
-    board_name = NATIVE_BOARD.get(family, "host")
+@pytest.mark.parametrize("family,board_name", [*((f, NATIVE_BOARD[f]) for f in FAMILIES), ("scalar", "host"),
+                                               ("scalar", "router-mt7621"), ("scalar", "router-ath79")])
+def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_name, tmp_path):
+    """scalar: its per-shape nk_gemv_a8 instances against the generic nk_gemv_a8_scalar, on the
+    host and on both MIPS routers (their 4-bit pair dots accumulate in HI/LO in assembly, and
+    their butterflies are the soft-float runtime's nk_sf_butterfly)."""
     why = unavailable(family, board_name)
     if why:
         pytest.skip(why)
@@ -267,8 +269,9 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, tmp_path
     (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
     exe = tmp_path / "driver"
     cc = boards.compiler_argv(board)
+    runtime = [str(ROOT / "firmware" / src) for src in boards.runtime_sources(board)]
     proc = subprocess.run([*cc, *flags.compile_flags(board, family), f"-I{gen}", str(tmp_path / "driver.c"),
-                           *flags.link_flags(board), "-o", str(exe), "-lm"],
+                           *runtime, *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = run_on(board, exe, [], tmp_path)
