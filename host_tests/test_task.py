@@ -46,15 +46,9 @@ def drill_examples():
 
 
 @pytest.fixture(scope="module")
-def reworded_examples():
-    """Training examples with every request reworded (task._reword; recipes reword a share)."""
-    return make_examples("train", N_TRAIN, 1, reword=1.0)
-
-
-@pytest.fixture(scope="module")
-def train_queries(train_examples, drill_examples, reworded_examples):
-    """Every query a model is trained on: the examples, reworded ones and the copy drills."""
-    return [ex["query"].lower() for ex in train_examples + drill_examples + reworded_examples]
+def train_queries(train_examples, drill_examples):
+    """Every query a model is trained on: the examples and the copy drills."""
+    return [ex["query"].lower() for ex in train_examples + drill_examples]
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +57,9 @@ def heldout_examples():
 
 
 @lru_cache(maxsize=None)
-def _recipe_train(n: int, seed: int, reword: float = 0.0) -> tuple:
+def _recipe_train(n: int, seed: int) -> tuple:
     """A demo recipe's training set (made once: two tests read it)."""
-    return tuple(make_examples("train", n, seed, reword))
+    return tuple(make_examples("train", n, seed))
 
 
 @pytest.fixture(scope="module")
@@ -338,34 +332,6 @@ def test_heldout_wordings_use_only_train_words():
     assert len(unknown) >= 0.9 * len(novel), set(novel) - set(unknown)
 
 
-def test_rewording_keeps_the_call_and_only_train_words(train_examples, reworded_examples):
-    """Reworded requests: the same calls a plain draw makes (values copied verbatim, enums
-    and fixed arguments kept), new sentences, and no word that no train template has."""
-    train_words = set().union(*(_words(t) for s in TEMPLATES.values() for t in s["train"]))
-    added = {w for phrase in task.REWORD_LEADS + task.REWORD_CLOSES + task.REWORD_INSERTS
-             for w in _words(phrase)}
-    assert added <= train_words, added - train_words
-    regexes = [_template_regex(t) for s in TEMPLATES.values() for t in s["train"]]
-    plain = {ex["query"].lower() for ex in train_examples}
-    requests = [ex for ex in reworded_examples if example_kind(ex) in ("single", "multi")]
-    new = [ex for ex in requests if not any(r.fullmatch(ex["query"]) for r in regexes)]
-    assert len(new) >= 0.5 * len(requests)                 # most are new sentences
-    assert len({ex["query"].lower() for ex in new} - plain) >= 0.9 * len(new)
-    for ex in new:
-        for call in ex["calls"]:
-            for key, value in call["arguments"].items():
-                if TOOLS[call["name"]]["parameters"]["properties"][key] == {"type": "string"} or \
-                        TOOLS[call["name"]]["parameters"]["properties"][key].get("description"):
-                    assert value in ex["query"], (ex["query"], value)
-    # the lights' fixed wordings keep their state: "lights out" reworded is still "off"
-    outs = [ex for ex in new if "lights out" in ex["query"].lower() and len(ex["calls"]) == 1]
-    assert outs and all(ex["calls"][0]["arguments"]["state"] == "off" for ex in outs)
-    # with no rewording, the draws are the earlier recipes' draws
-    assert make_examples("train", 300, 1, reword=0.0) == make_examples("train", 300, 1)
-    with pytest.raises(ValueError):
-        make_examples("heldout", 1, 1, reword=0.5)
-
-
 def _heldout_strings() -> list[str]:
     values = [v for pool in POOLS.values() for v in pool["heldout"] if isinstance(v, str)]
     return values + [number_words(n) for n in HELDOUT_INTS if n < 100]
@@ -416,12 +382,12 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
 
 @lru_cache(maxsize=None)
 def _longest_encoded(n: int, seed: int, drills: int = 0, aligned: bool = False,
-                     echoes: int = 0, tail_share: float = 0.0, reword: float = 0.0) -> tuple[int, int]:
+                     echoes: int = 0, tail_share: float = 0.0) -> tuple[int, int]:
     """(longest prompt + answer, longest answer) in tokens over a recipe's training set, its
     drills and its echo drills (the trainer draws them with data seed + 2 and + 3; recipes
     that share them compute them once)."""
     tok = load_tokenizer()
-    examples = _recipe_train(n, seed, reword) + tuple(task.make_drills(drills, seed + 2))
+    examples = _recipe_train(n, seed) + tuple(task.make_drills(drills, seed + 2))
     lengths = [tuple(map(len, encode(ex, tok, aligned))) for ex in examples]
     lengths += [tuple(map(len, pair)) for pair in task.make_echoes(echoes, seed + 3, tok, tail_share)]
     return max(p + a for p, a in lengths), max(a for _, a in lengths)
@@ -441,8 +407,7 @@ def test_every_recipe_example_fits_the_recipes_lengths(name):
     echoes = t.get("echo", {}).get("examples", 0)
     longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"], drills,
                                                    bool(t.get("aligned_targets")), echoes,
-                                                   t.get("echo", {}).get("tail_share", 0.0),
-                                                   t.get("reword", 0.0))
+                                                   t.get("echo", {}).get("tail_share", 0.0))
     assert longest_seq <= t["seq_len"] and longest_answer <= t["ans_len"], (longest_seq, longest_answer)
     assert longest_seq <= recipe["geometry"]["max_seq_len"]
 

@@ -414,7 +414,6 @@ class _Template:
         if pos < len(text):
             self.parts.append(text[pos:])
         self.starts_literal = isinstance(self.parts[0], str)
-        self.reworded = False           # made by _reword (checked against evaluation wordings)
 
     def literals(self) -> list[str]:
         """The template's own words, the text between placeholders."""
@@ -635,123 +634,6 @@ HELDOUT_TEMPLATES = {
 for _name, _templates in HELDOUT_TEMPLATES.items():
     TASKS[_name].templates["heldout"] = _Task._parse(_templates)
 
-# --------------------------------------------------------------------------- rewording
-
-#: Words a reworded request may gain: a lead, a close, or one word inside.  Every one of
-#: them is a word of some train template, so rewording adds no vocabulary the held-out
-#: split could be said to lack (test_task.py checks it).
-REWORD_LEADS = ("please", "can you", "now", "I want to", "help me")
-REWORD_CLOSES = ("please", "for me", "now", "today", "right now", "again")
-REWORD_INSERTS = ("the", "my", "a", "please", "now", "up", "on", "in")
-#: Words a reworded request may lose (never a word that names the action).
-REWORD_DROPS = frozenset(("the", "a", "my", "please", "for", "to", "in", "me", "some", "can",
-                          "you", "up", "on", "at"))
-#: First words after which a lead would not read as a request ("can you what's ...").
-_NO_LEAD = frozenset(("what's", "how", "how's", "is", "do", "what", "where", "can", "i", "i'm",
-                      "will", "am", "please"))
-#: Chances of each operation on a reworded template (each applied independently, at least
-#: one of them every time).
-REWORD_OPS = {"splice": 0.5, "drop": 0.35, "insert": 0.35, "lead": 0.3, "close": 0.3}
-
-_PLAIN_WORD = re.compile(r"[A-Za-z']+")
-
-
-def _units(text: str) -> list[str]:
-    """A template's words, split on spaces; a word holding a placeholder ("{contact}:",
-    '"{text}"?') is one unit and never dropped."""
-    return text.split(" ")
-
-
-def _ends_free_string(unit: str) -> bool:
-    """Whether a unit ends with a free-string placeholder (no punctuation after it)."""
-    m = re.search(r"\{(\w+)\}$", unit)
-    return bool(m) and m.group(1) in _FREE_STRINGS
-
-
-_FREE_STRINGS = frozenset(("city", "contact", "text", "name", "artist"))
-
-
-def _slot_names(units) -> list:
-    return [m.group(0) for u in units for m in _PLACEHOLDER.finditer(u)]
-
-
-def _splice(rng, name: str, units: list) -> list:
-    """The start of this template up to a placeholder and the rest of another train
-    template of the same tool from that placeholder on ("tell {contact}" + "{contact}:
-    {text}"), keeping every argument once; for a tool without arguments, the first words of
-    one and the last of another.  Templates whose wording fixes an argument are left alone."""
-    others = [t for t in TASKS[name].templates["train"] if not t.fixed]
-    other = _units(rng.choice(others).text)
-    slots = _slot_names(units)
-    if not slots:
-        if len(units) < 2 or len(other) < 2:
-            return units
-        return units[:rng.randint(1, len(units) - 1)] + other[rng.randint(1, len(other) - 1):]
-    pivot = rng.choice(slots)
-    at_a = [i for i, u in enumerate(units) if pivot in u]
-    at_b = [i for i, u in enumerate(other) if pivot in u]
-    if not at_b:
-        return units
-    spliced = units[:at_a[0]] + other[at_b[0]:]
-    return spliced if sorted(_slot_names(spliced)) == sorted(slots) else units
-
-
-def _reword(rng, name: str, template: "_Template") -> "_Template":
-    """A new wording of a train template made of train words: spliced with another train
-    template of the tool, a plain word dropped or one inserted, a lead or a close added
-    ("please", "can you", "for me", ...).  The values are filled afterwards, verbatim, so
-    the call stays right; a wording that contains an evaluation phrasing is drawn again by
-    the caller.  Why: nine wordings per tool teach a from-scratch model nine sentences; the
-    held-out split asks in new sentences of the same words, and the failures of the
-    2026-12-05 demos were mostly those (a value's end misread after an unseen word, a
-    request not recognised in a new order)."""
-    units = _units(template.text)
-    ops = [op for op, p in REWORD_OPS.items() if rng.random() < p] or [rng.choice(list(REWORD_OPS))]
-    if "splice" in ops and not template.fixed:
-        units = _splice(rng, name, units)
-    drops = [i for i, u in enumerate(units) if u.lower() in REWORD_DROPS]
-    if "drop" in ops and len(units) > 2 and drops:
-        del units[rng.choice(drops)]
-    if "insert" in ops:
-        # never right after a free string: "text Ana hi my" would make the value's end a guess
-        places = [i for i in range(len(units) + 1) if i == 0 or not _ends_free_string(units[i - 1])]
-        units.insert(rng.choice(places), rng.choice(REWORD_INSERTS))
-    if "lead" in ops and units[0].lower() not in _NO_LEAD:
-        units.insert(0, rng.choice(REWORD_LEADS))
-    if "close" in ops and "{text}" not in units[-1]:
-        last = units[-1]
-        mark = last[-1] if last[-1] in "?!." and "{" not in last[-2:] else ""
-        units[-1] = last[:len(last) - len(mark)] if mark else last
-        units += (rng.choice(REWORD_CLOSES) + mark).split(" ")
-    return _reworded_template(" ".join(units), tuple(sorted(template.fixed.items())))
-
-
-@lru_cache(maxsize=None)
-def _reworded_template(text: str, fixed: tuple) -> "_Template":
-    template = _Template(text, dict(fixed))
-    template.reworded = True
-    return template
-
-
-@lru_cache(maxsize=1)
-def _evaluation_cores() -> tuple:
-    """(the longest literal run of every held-out and novel template, lower case; their
-    regexes): a training query holding one of them would leak an evaluation phrasing."""
-    texts = [t.text for task in TASKS.values() for split in ("heldout", "novel")
-             for t in task.templates[split]]
-    literals = [re.split(r"\{\w+(?::\w+)?\}", t) for t in texts]
-    cores = tuple(max(parts, key=len).strip().lower() for parts in literals)
-    regexes = tuple(re.compile("(.+?)".join(map(re.escape, parts)), re.IGNORECASE)
-                    for parts in literals)
-    return cores, regexes
-
-
-def _evaluation_wording(query: str) -> bool:
-    cores, regexes = _evaluation_cores()
-    low = query.lower()
-    return any(core in low for core in cores) or any(r.fullmatch(query) for r in regexes)
-
-
 #: Phrasing texts per tool and split (read-only view for tests and reports).
 TEMPLATES = {name: {split: tuple(t.text for t in task.templates[split]) for split in SPLITS}
              for name, task in TASKS.items()}
@@ -761,17 +643,12 @@ assert set(TASKS) == set(TOOLS), set(TASKS) ^ set(TOOLS)
 
 # --------------------------------------------------------------------------- examples
 
-def _request(rng, split, name, values=None, reword=0.0) -> tuple[str, dict, bool]:
+def _request(rng, split, name, values=None) -> tuple[str, dict, bool]:
     """One request for tool ``name``: (query text, the call, starts with template text), in a
-    phrasing of ``split`` with values of ``values`` (default: the split's own).  A ``reword``
-    share of training requests is reworded first (:func:`_reword`)."""
+    phrasing of ``split`` with values of ``values`` (default: the split's own)."""
     task = TASKS[name]
     template = rng.choice(task.templates[split])
-    if reword and split == "train" and rng.random() < reword:
-        template = _reword(rng, name, template)
     text, args = template.fill(rng, values or VALUES_OF[split], task.slots)
-    if template.reworded and _evaluation_wording(text):
-        return _request(rng, split, name, values)   # never an evaluation phrasing: draw again
     # Arguments in the schema's property order (spec section 4.1: source key order).
     props = TOOLS[name]["parameters"]["properties"]
     call = {"name": name, "arguments": {key: args[key] for key in props}}
@@ -813,25 +690,24 @@ _KINDS = tuple(KIND_WEIGHTS)
 _KIND_CUM = tuple(itertools.accumulate(KIND_WEIGHTS.values()))
 
 
-def _make_example(rng, split: str, reword: float = 0.0) -> dict:
-    """One example of a kind drawn with :data:`KIND_WEIGHTS`; ``reword``: the share of
-    training requests reworded (:func:`_reword`)."""
+def _make_example(rng, split: str) -> dict:
+    """One example of a kind drawn with :data:`KIND_WEIGHTS`."""
     kind = rng.choices(_KINDS, cum_weights=_KIND_CUM)[0]
     if kind == "single":
         name = rng.choice(TOOL_NAMES)
-        query, call, lead = _request(rng, split, name, reword=reword)
+        query, call, lead = _request(rng, split, name)
         tools, calls = _block(rng, [name]), [call]
     elif kind == "multi":
         first, second = rng.sample(TOOL_NAMES, 2)
-        query_a, call_a, lead = _request(rng, split, first, reword=reword)
-        query_b, call_b, _ = _request(rng, split, second, reword=reword)
+        query_a, call_a, lead = _request(rng, split, first)
+        query_b, call_b, _ = _request(rng, split, second)
         # The first request loses its end punctuation; calls come in the order asked.
         query = query_a.rstrip("?!.") + rng.choice(CONNECTORS) + query_b
         tools, calls = _block(rng, [first, second]), [call_a, call_b]
     elif kind == "unserved":
         # A real request, but its tool is left out of the block: the answer is [].
         name = rng.choice(TOOL_NAMES)
-        query, _, lead = _request(rng, split, name, reword=reword)
+        query, _, lead = _request(rng, split, name)
         tools, calls = _block(rng, [], {name} | CONFUSABLE.get(name, set())), []
     else:
         query, lead = rng.choice(CHITCHAT[VALUES_OF[split]]), True
@@ -839,17 +715,13 @@ def _make_example(rng, split: str, reword: float = 0.0) -> dict:
     return {"tools": tools, "query": _capitalise(rng, query, lead), "calls": calls}
 
 
-def make_examples(split: str, n: int, seed: int, reword: float = 0.0) -> list[dict]:
+def make_examples(split: str, n: int, seed: int) -> list[dict]:
     """``n`` examples of ``split`` (one of :data:`SPLITS`), the same for the same arguments.
 
     Each is {"tools": [schema, ...], "query": str, "calls": [{"name", "arguments"}, ...]}.
     Held-out and novel examples are distinct (tools block and query); train examples may repeat, as
-    draws from a distribution do.  The first m examples of n are those of m.  ``reword`` (train
-    only; a recipe's ``reword``) is the share of requests reworded by :func:`_reword`; with 0
-    the draws are those of the recipes made before it.
+    draws from a distribution do.  The first m examples of n are those of m.
     """
-    if reword and split != "train":
-        raise ValueError("only the train split is reworded")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
     if n < 0:
@@ -861,7 +733,7 @@ def make_examples(split: str, n: int, seed: int, reword: float = 0.0) -> list[di
         attempts += 1
         if attempts > 20 * n + 1000:
             raise ValueError(f"cannot draw {n} distinct {split} examples")
-        example = _make_example(rng, split, reword)
+        example = _make_example(rng, split)
         if split != "train":
             key = (tools_text(example), example["query"])
             if key in seen:

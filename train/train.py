@@ -167,8 +167,7 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     geo = M3.Geometry3.from_header(hdr) if gen == 3 else M.Geometry.from_header(hdr)
     tr = recipe["train"]
     tok = task.load_tokenizer()
-    train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"],
-                                  reword=tr.get("reword", 0.0))   # reworded requests (task._reword)
+    train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"])
     held_ex = task.make_examples("heldout", tr["heldout_examples"], recipe["data_seed"] + 1)
     seq_len, ans_len = tr["seq_len"], tr["ans_len"]
     aligned = bool(tr.get("aligned_targets", False))   # copied values in the query's pieces
