@@ -1,9 +1,11 @@
 """The routers' own f32 add, subtract and multiply (firmware/softfloat/softfloat.c).
 
 Boards without an FPU (router-mt7621, router-ath79) link these in place of the compiler
-runtime's __addsf3, __subsf3 and __mulsf3, and the engine's butterflies call
-nk_sf_butterfly (both results of one a + b, a - b pair).  They must give IEEE 754 results bit for bit,
-or the routers would leave the engine's one numerics contract:
+runtime's __addsf3, __subsf3 and __mulsf3; the engine's butterflies call nk_sf_butterfly
+(both results of one a + b, a - b pair), its lane mixing nk_sf_add_scaled (o + w * v over a
+row) and its sums of squares and dot products nk_sf_dot (acc + a * b, step by step).  They must
+give IEEE 754 results bit for bit, each product and each sum rounded on its own, or the
+routers would leave the engine's one numerics contract:
 
 * natively, under their NK_SOFTFLOAT_PREFIX names, against the host's hardware f32 (NumPy:
   round to nearest even, gradual underflow) on millions of operand pairs: a stride over all
@@ -37,6 +39,8 @@ DRIVER = r"""
 #include <string.h>
 
 void nk_sf_butterfly(float *x, float *y);   /* both builds: the engine's butterflies */
+void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);
+float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc);
 
 #ifdef NK_SOFTFLOAT_PREFIX
 float nk_sf_add(float, float);
@@ -54,28 +58,38 @@ float nk_sf_mul(float, float);
 static float f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 static uint32_t u(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }
 
-/* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits; OUT gets a+b, a-b, a*b and
- * the butterfly's a+b, a-b */
+/* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits, read 1024 at a time; OUT
+ * gets a+b, a-b, a*b, the butterfly's a+b, a-b, and with c the next pair's a (the chunk's
+ * first after its last) and w the chunk's first a: c + w*b (nk_sf_add_scaled over the chunk),
+ * c + a*b (nk_sf_dot of one step) and c + a*b + a'*b' + a''*b'' (three steps, as far as the
+ * chunk goes) */
 int main(int argc, char **argv)
 {
     if (argc != 3) return 2;
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) return 2;
-    unsigned char buf[8 * 1024], res[20 * 1024];
+    static unsigned char buf[8 * 1024], res[32 * 1024];
+    static float fa[1024], fb[1024], fc[1024];
     size_t n;
     while ((n = fread(buf, 8, 1024, in)) > 0) {
         for (size_t i = 0; i < n; i++) {
             const unsigned char *p = buf + 8 * i;
-            uint32_t a = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-            uint32_t b = p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
-            volatile float x = f(a), y = f(b);      /* no constant folding, no contraction */
-            float s = f(a), d = f(b);
-            nk_sf_butterfly(&s, &d);
-            uint32_t r[5] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d) };
-            for (int k = 0; k < 5; k++)
-                for (int j = 0; j < 4; j++) res[20 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
+            fa[i] = f(p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+            fb[i] = f(p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24);
         }
-        if (fwrite(res, 20, n, out) != n) return 3;
+        for (size_t i = 0; i < n; i++) fc[i] = fa[(i + 1) % n];
+        nk_sf_add_scaled(fc, fa[0], fb, (uint32_t)n);       /* fc[i] = c + w*b */
+        for (size_t i = 0; i < n; i++) {
+            volatile float x = fa[i], y = fb[i];    /* no constant folding, no contraction */
+            float s = fa[i], d = fb[i], c = fa[(i + 1) % n];
+            nk_sf_butterfly(&s, &d);
+            uint32_t steps = n - i < 3 ? (uint32_t)(n - i) : 3u;
+            uint32_t r[8] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
+                              u(nk_sf_dot(fa + i, fb + i, 1, c)), u(nk_sf_dot(fa + i, fb + i, steps, c)) };
+            for (int k = 0; k < 8; k++)
+                for (int j = 0; j < 4; j++) res[32 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
+        }
+        if (fwrite(res, 32, n, out) != n) return 3;
     }
     return fclose(out) != 0;
 }
@@ -124,10 +138,24 @@ def operand_pairs(n: int, seed: int = 7) -> np.ndarray:
     return np.concatenate([pairs, pairs[:, ::-1]])
 
 
+CHUNK = 1024        # the driver's pairs per read: nk_sf_add_scaled's rows, the dots' reach
+
+
 def expected(pairs: np.ndarray) -> np.ndarray:
     x, y = pairs[:, 0].view(F32), pairs[:, 1].view(F32)
+    i = np.arange(len(pairs))
+    start = i // CHUNK * CHUNK
+    end = np.minimum(start + CHUNK, len(pairs))
+    c = x[start + (i - start + 1) % (end - start)]       # the next pair's a, within the chunk
+    w = x[start]
     with np.errstate(all="ignore"):
-        return np.stack([x + y, x - y, x * y, x + y, x - y], axis=1).astype(F32).view(U32)
+        p = x * y                                        # each product rounded, then each sum
+        dot3 = c + p
+        for k in (1, 2):
+            more = i + k < end
+            dot3 = np.where(more, dot3 + p[np.minimum(i + k, len(p) - 1)], dot3)
+        return np.stack([x + y, x - y, p, x + y, x - y, c + w * y, c + p, dot3],
+                        axis=1).astype(F32).view(U32)
 
 
 def compare(pairs: np.ndarray, got: np.ndarray) -> None:
@@ -136,9 +164,10 @@ def compare(pairs: np.ndarray, got: np.ndarray) -> None:
     nan_got = (got & U32(0x7FFFFFFF)) > U32(0x7F800000)
     nan_want = (want & U32(0x7FFFFFFF)) > U32(0x7F800000)
     bad = np.nonzero(((got != want) & ~(nan_got & nan_want)).any(axis=1))[0]
-    names = ("+", "-", "*", "butterfly +", "butterfly -")
+    names = ("+", "-", "*", "butterfly +", "butterfly -", "add_scaled c + w*", "dot c +",
+             "dot of three, c +")
     detail = [f"{pairs[i, 0]:08x} {names[j]} {pairs[i, 1]:08x}: got {got[i, j]:08x}, IEEE {want[i, j]:08x}"
-              for i in bad[:10] for j in range(5) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
+              for i in bad[:10] for j in range(8) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
     assert bad.size == 0, f"{bad.size} of {len(pairs)} pairs differ:\n" + "\n".join(detail)
 
 
@@ -147,7 +176,7 @@ def run_driver(cmd: list[str], pairs: np.ndarray, tmp_path: Path) -> np.ndarray:
     run = subprocess.run(cmd + [str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr
-    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 5)
+    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 8)
 
 
 def build(board_name: str, tmp_path: Path, prefixed: bool) -> Path:
@@ -191,13 +220,18 @@ def test_routers_link_and_match(board_name, tmp_path):
 
 @pytest.mark.parametrize("board_name,fused", [("router-mt7621", True), ("router-ath79", True),
                                               ("rpi-zero", False), ("host", False)])
-def test_soft_float_engines_take_the_fused_butterfly(board_name, fused, tmp_path):
+def test_soft_float_engines_take_the_fused_paths(board_name, fused, tmp_path):
     """The engine of a board without an FPU runs its butterflies through nk_sf_butterfly (both
-    results from one unpacking, the bits of a + b and a - b above); every other board keeps
-    the plain f32 operations."""
+    results from one unpacking, the bits of a + b and a - b above), its lane mixing through
+    nk_sf_add_scaled and its sums of squares and dot products through nk_sf_dot; every other
+    board keeps the plain f32 operations."""
     board = boards.load(board_name)
     archive = Path(__file__).resolve().parent / "golden" / "tiny" / "archive.cact"
     boards.generate_engine(board, str(archive), str(tmp_path / "gen"))
     kernels = (tmp_path / "gen" / "needle_kernels.c").read_text()
+    model = (tmp_path / "gen" / "needle_model.c").read_text()
     assert ("nk_sf_butterfly(x + j, x + j + h)" in kernels) == fused
+    assert ("nk_sf_add_scaled(o, w, v, n)" in model) == fused
+    assert ("return nk_sf_dot(x, x, n, 0.0f)" in kernels) == fused
+    assert ("return nk_sf_dot(a, b, n, 0.0f)" in kernels) == fused
     assert boards.soft_float(board) == fused

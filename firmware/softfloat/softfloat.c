@@ -38,6 +38,8 @@ float NK_SF_ADD(float a, float b);
 float NK_SF_SUB(float a, float b);
 float NK_SF_MUL(float a, float b);
 void nk_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
+void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);  /* lane mixing (needle_model.c) */
+float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc); /* sums of products */
 
 #define SF_SIGN 0x80000000u
 #define SF_ABS 0x7fffffffu
@@ -316,4 +318,25 @@ void nk_sf_butterfly(float *x, float *y)
     const uint32_t sum = same ? r_add : r_sub, diff = same ? r_sub : r_add;
     *x = sf_float(sum ? sum | s_sum : 0u);
     *y = sf_float(diff ? diff | s_diff : 0u);
+}
+
+/* o[i] = o[i] + w * v[i] for i < n, and acc + a[0] b[0] + a[1] b[1] + ... in that order: the
+ * engine's lane mixing and its sums of squares and dot products, a tenth and a twentieth of a
+ * router's token as separate calls.  Each step is sf_mul then sf_add, the two roundings of
+ * `o + w * v` (the engine builds with -ffp-contract=off: never a fused multiply-add), inline
+ * in one loop: no call per operation, and the product goes from one to the other in a
+ * register. */
+void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n)
+{
+    const uint32_t wb = sf_bits(w);
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = sf_float(sf_add(sf_bits(o[i]), sf_mul(wb, sf_bits(v[i]))));
+}
+
+float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc)
+{
+    uint32_t s = sf_bits(acc);
+    for (uint32_t i = 0; i < n; i++)
+        s = sf_add(s, sf_mul(sf_bits(a[i]), sf_bits(b[i])));
+    return sf_float(s);
 }

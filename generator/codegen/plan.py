@@ -258,7 +258,7 @@ class EnginePlan:
     gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
     attention_lanes: int                # ATT_LANES: decode attention's positions side by side
     vector_float: bool                  # the family's compiler vectorises f32 loops exactly
-    soft_float: bool                    # butterflies through nk_sf_butterfly (firmware/softfloat)
+    soft_float: bool                    # butterflies, lane mixing and dot products through firmware/softfloat
     key_columns: bool                   # decode attention transposes key rows (nk_columns8)
     kv_prefetch: bool                   # decode attention prefetches the KV cache ahead
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
