@@ -1,7 +1,7 @@
-"""The routers' own f32 add, subtract and multiply (firmware/softfloat/softfloat.c).
+"""The routers' own f32 add, subtract, multiply and divide (firmware/softfloat/softfloat.c).
 
 Boards without an FPU (router-mt7621, router-ath79) link these in place of the compiler
-runtime's __addsf3, __subsf3 and __mulsf3; the engine's butterflies call nk_sf_butterfly
+runtime's __addsf3, __subsf3, __mulsf3 and __divsf3; the engine's butterflies call nk_sf_butterfly
 (both results of one a + b, a - b pair), its lane mixing nk_sf_add_scaled (o + w * v over a
 row) and its sums of squares and dot products nk_sf_dot (acc + a * b, step by step).  They must
 give IEEE 754 results bit for bit, each product and each sum rounded on its own, or the
@@ -46,13 +46,16 @@ float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc);
 float nk_sf_add(float, float);
 float nk_sf_sub(float, float);
 float nk_sf_mul(float, float);
+float nk_sf_div(float, float);
 #define ADD(a, b) nk_sf_add(a, b)
 #define SUB(a, b) nk_sf_sub(a, b)
 #define MUL(a, b) nk_sf_mul(a, b)
+#define DIV(a, b) nk_sf_div(a, b)
 #else                           /* soft-float build: the operators call __addsf3, ... */
 #define ADD(a, b) ((a) + (b))
 #define SUB(a, b) ((a) - (b))
 #define MUL(a, b) ((a) * (b))
+#define DIV(a, b) ((a) / (b))
 #endif
 
 static float f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
@@ -61,14 +64,14 @@ static uint32_t u(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }
 /* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits, read 1024 at a time; OUT
  * gets a+b, a-b, a*b, the butterfly's a+b, a-b, and with c the next pair's a (the chunk's
  * first after its last) and w the chunk's first a: c + w*b (nk_sf_add_scaled over the chunk),
- * c + a*b (nk_sf_dot of one step) and c + a*b + a'*b' + a''*b'' (three steps, as far as the
- * chunk goes) */
+ * c + a*b (nk_sf_dot of one step), c + a*b + a'*b' + a''*b'' (three steps, as far as the
+ * chunk goes) and a/b */
 int main(int argc, char **argv)
 {
     if (argc != 3) return 2;
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) return 2;
-    static unsigned char buf[8 * 1024], res[32 * 1024];
+    static unsigned char buf[8 * 1024], res[36 * 1024];
     static float fa[1024], fb[1024], fc[1024];
     size_t n;
     while ((n = fread(buf, 8, 1024, in)) > 0) {
@@ -84,12 +87,13 @@ int main(int argc, char **argv)
             float s = fa[i], d = fb[i], c = fa[(i + 1) % n];
             nk_sf_butterfly(&s, &d);
             uint32_t steps = n - i < 3 ? (uint32_t)(n - i) : 3u;
-            uint32_t r[8] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
-                              u(nk_sf_dot(fa + i, fb + i, 1, c)), u(nk_sf_dot(fa + i, fb + i, steps, c)) };
-            for (int k = 0; k < 8; k++)
-                for (int j = 0; j < 4; j++) res[32 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
+            uint32_t r[9] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
+                              u(nk_sf_dot(fa + i, fb + i, 1, c)), u(nk_sf_dot(fa + i, fb + i, steps, c)),
+                              u(DIV(x, y)) };
+            for (int k = 0; k < 9; k++)
+                for (int j = 0; j < 4; j++) res[36 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
         }
-        if (fwrite(res, 32, n, out) != n) return 3;
+        if (fwrite(res, 36, n, out) != n) return 3;
     }
     return fclose(out) != 0;
 }
@@ -129,6 +133,18 @@ def operand_pairs(n: int, seed: int = 7) -> np.ndarray:
     parts.append(np.stack([lo, mid], axis=1))
     hi = rng.integers(0x5C000000, 0x7F800000, k, dtype=np.uint64).astype(U32)
     parts.append(np.stack([hi, hi ^ U32(0x00400001)], axis=1))
+    # quotients: every divisor significand interval of the reciprocal seed (1.0 exactly
+    # included: powers of two), dividends just below and above the divisor's significand,
+    # and exponents that put the quotient at the edges of the normal range
+    b = (rng.integers(1, 254, k).astype(U32) << 23) | (rng.integers(0, 64, k).astype(U32) << 17) \
+        | (rng.integers(0, 2, k).astype(U32) * rng.integers(0, 1 << 17, k).astype(U32))
+    a = (b & U32(0x007FFFFF)).astype(np.int64) + rng.integers(-2, 3, k)
+    a = (a.clip(0, 0x007FFFFF).astype(U32) | (rng.integers(1, 254, k).astype(U32) << 23))
+    parts.append(np.stack([a, b ^ (rng.integers(0, 2, k).astype(U32) << 31)], axis=1))
+    a = rng.integers(0x00800000, 0x7F800000, k, dtype=np.uint64).astype(U32)
+    eb = ((a >> 23).astype(np.int64) + rng.choice([-128, -127, -126, 125, 126, 127, 128, 150], k)
+          ).clip(1, 254).astype(U32)
+    parts.append(np.stack([a, (eb << 23) | rng.integers(0, 1 << 23, k, dtype=np.uint64).astype(U32)], axis=1))
     # sums that tie: b is a's ulp/2 times an odd number, scaled
     a = rng.integers(0x3F800000, 0x40000000, k, dtype=np.uint64).astype(U32)
     e = rng.integers(1, 26, k).astype(U32)
@@ -154,7 +170,7 @@ def expected(pairs: np.ndarray) -> np.ndarray:
         for k in (1, 2):
             more = i + k < end
             dot3 = np.where(more, dot3 + p[np.minimum(i + k, len(p) - 1)], dot3)
-        return np.stack([x + y, x - y, p, x + y, x - y, c + w * y, c + p, dot3],
+        return np.stack([x + y, x - y, p, x + y, x - y, c + w * y, c + p, dot3, x / y],
                         axis=1).astype(F32).view(U32)
 
 
@@ -165,9 +181,9 @@ def compare(pairs: np.ndarray, got: np.ndarray) -> None:
     nan_want = (want & U32(0x7FFFFFFF)) > U32(0x7F800000)
     bad = np.nonzero(((got != want) & ~(nan_got & nan_want)).any(axis=1))[0]
     names = ("+", "-", "*", "butterfly +", "butterfly -", "add_scaled c + w*", "dot c +",
-             "dot of three, c +")
+             "dot of three, c +", "/")
     detail = [f"{pairs[i, 0]:08x} {names[j]} {pairs[i, 1]:08x}: got {got[i, j]:08x}, IEEE {want[i, j]:08x}"
-              for i in bad[:10] for j in range(8) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
+              for i in bad[:10] for j in range(9) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
     assert bad.size == 0, f"{bad.size} of {len(pairs)} pairs differ:\n" + "\n".join(detail)
 
 
@@ -176,7 +192,7 @@ def run_driver(cmd: list[str], pairs: np.ndarray, tmp_path: Path) -> np.ndarray:
     run = subprocess.run(cmd + [str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr
-    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 8)
+    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 9)
 
 
 def build(board_name: str, tmp_path: Path, prefixed: bool) -> Path:
@@ -206,13 +222,13 @@ def test_routers_link_and_match(board_name, tmp_path):
     exe = build(board_name, tmp_path, prefixed=False)
     with open(exe, "rb") as fh:
         symtab = ELFFile(fh).get_section_by_name(".symtab")
-        sizes = {s.name: s["st_size"] for s in symtab.iter_symbols() if s.name in ("__addsf3", "__mulsf3")}
+        sizes = {s.name: s["st_size"] for s in symtab.iter_symbols() if s.name in ("__addsf3", "__mulsf3", "__divsf3")}
     obj = tmp_path / "softfloat.o"
     subprocess.run([*boards.compiler_argv(board), *flags.compile_flags(board, "scalar"), "-c", str(SOURCE),
                     "-o", str(obj)], check=True)
     with open(obj, "rb") as fh:
         symtab = ELFFile(fh).get_section_by_name(".symtab")
-        ours = {s.name: s["st_size"] for s in symtab.iter_symbols() if s.name in ("__addsf3", "__mulsf3")}
+        ours = {s.name: s["st_size"] for s in symtab.iter_symbols() if s.name in ("__addsf3", "__mulsf3", "__divsf3")}
     assert sizes == ours, f"the image's runtime functions are not firmware/softfloat's: {sizes} vs {ours}"
     pairs = operand_pairs(6_000_000, seed=11)
     compare(pairs, run_driver(board["emulator"]["command"] + [str(exe)], pairs, tmp_path))

@@ -28,15 +28,18 @@
 #define NK_SF_ADD nk_sf_add
 #define NK_SF_SUB nk_sf_sub
 #define NK_SF_MUL nk_sf_mul
+#define NK_SF_DIV nk_sf_div
 #else
 #define NK_SF_ADD __addsf3
 #define NK_SF_SUB __subsf3
 #define NK_SF_MUL __mulsf3
+#define NK_SF_DIV __divsf3
 #endif
 
 float NK_SF_ADD(float a, float b);
 float NK_SF_SUB(float a, float b);
 float NK_SF_MUL(float a, float b);
+float NK_SF_DIV(float a, float b);
 void nk_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
 void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);  /* lane mixing (needle_model.c) */
 float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc); /* sums of products */
@@ -240,6 +243,119 @@ static inline __attribute__((always_inline)) uint32_t sf_mul(uint32_t a, uint32_
     return ((a ^ b) & SF_SIGN) | (((e - 1u) << 23) + (m >> 7));
 }
 
+/* a / b on the bit patterns, every case.  The quotient of the significands (a subnormal's
+ * normalised first) is taken bit by bit: only the cases sf_div leaves here come this way. */
+static __attribute__((noinline)) uint32_t sf_div_general(uint32_t a, uint32_t b)
+{
+    const uint32_t sign = (a ^ b) & SF_SIGN;
+    const uint32_t aa = a & SF_ABS, bb = b & SF_ABS;
+    if (aa > SF_INF)
+        return a | SF_QUIET;
+    if (bb > SF_INF)
+        return b | SF_QUIET;
+    if (aa == SF_INF)
+        return bb == SF_INF ? SF_DEFAULT_NAN : sign | SF_INF;
+    if (bb == SF_INF)
+        return sign;                        /* finite / inf = 0 */
+    if (bb == 0u)
+        return aa == 0u ? SF_DEFAULT_NAN : sign | SF_INF;
+    if (aa == 0u)
+        return sign;
+
+    int32_t ea = (int32_t)(aa >> 23), eb = (int32_t)(bb >> 23);
+    uint32_t ma = aa & SF_FRAC, mb = bb & SF_FRAC;
+    if (ea) {
+        ma |= SF_HIDDEN;
+    } else {                                /* subnormal: normalise, exponent below 1 */
+        const uint32_t s = (uint32_t)__builtin_clz(ma) - 8u;
+        ma <<= s;
+        ea = 1 - (int32_t)s;
+    }
+    if (eb) {
+        mb |= SF_HIDDEN;
+    } else {
+        const uint32_t s = (uint32_t)__builtin_clz(mb) - 8u;
+        mb <<= s;
+        eb = 1 - (int32_t)s;
+    }
+    int32_t e = ea - eb + 127;
+    if (ma < mb) {                          /* the quotient in [1, 2) */
+        ma <<= 1;
+        e--;
+    }
+    /* q = floor(ma 2^24 / mb) in [2^24, 2^25): 24 significant bits and the round bit */
+    uint32_t q = 0u, r = ma;
+    for (int i = 0; i < 25; i++) {
+        const uint32_t bit = r >= mb;
+        r -= bit ? mb : 0u;
+        q = (q << 1) | bit;
+        r <<= 1;
+    }
+    uint32_t sticky = r != 0u;
+    if (e >= 255)
+        return sign | SF_INF;
+    if (e <= 0) {                           /* below the normal range: denormalise, round once */
+        const uint32_t sh = (uint32_t)(1 - e);
+        sticky |= sh < 32u ? (q << (32u - sh)) != 0u : q != 0u;
+        q = sh < 32u ? q >> sh : 0u;
+        e = 1;
+    }
+    const uint32_t up = q & 1u & (sticky | (q >> 1));
+    return sign | ((((uint32_t)e - 1u) << 23) + (q >> 1) + up);
+}
+
+/* 2^22 / (64.5 + i), rounded, i < 64: 2^15 / D for the middle of each of the 64 intervals of
+ * a divisor's significand D in [1/2, 1) (its 6 bits after the leading one), within 2^-7. */
+static const uint16_t sf_recip_seed[64] = {
+    65028, 64035, 63072, 62138, 61231, 60350, 59494, 58662, 57852, 57065, 56299, 55554,
+    54828, 54120, 53431, 52759, 52103, 51464, 50840, 50231, 49637, 49056, 48489, 47935,
+    47393, 46864, 46346, 45839, 45344, 44859, 44384, 43919, 43464, 43019, 42582, 42154,
+    41734, 41323, 40920, 40525, 40137, 39756, 39383, 39017, 38657, 38304, 37958, 37617,
+    37283, 36954, 36631, 36314, 36003, 35696, 35395, 35099, 34808, 34521, 34239, 33962,
+    33689, 33421, 33157, 32897
+};
+
+/* a / b with both operands normal and a normal result; anything else to sf_div_general.
+ * The reciprocal of the divisor's significand D = mb 2^-24 in [1/2, 1): x = 2^31 / D to
+ * within about 2^-28, from the seed table and two Newton steps x (2 - D x) in 32-bit fixed
+ * point (from below after the first step, so x stays under 2^32).  The quotient estimate
+ * ma x 2^-31 is then within 2 of q = floor(ma 2^24 / mb), and the remainder ma 2^24 - q mb,
+ * exact in 32 bits (two's complement: it is under 2^26 in magnitude), corrects it to q: the
+ * result is exactly rounded whatever the estimate's error, which only costs a loop turn. */
+static inline __attribute__((always_inline)) uint32_t sf_div(uint32_t a, uint32_t b)
+{
+    const uint32_t ea = (a >> 23) & 0xffu, eb = (b >> 23) & 0xffu;
+    if (ea - 1u >= 254u || eb - 1u >= 254u)     /* a zero, subnormal, infinity or NaN */
+        return sf_div_general(a, b);
+    uint32_t ma = (a & SF_FRAC) | SF_HIDDEN;
+    const uint32_t mb = (b & SF_FRAC) | SF_HIDDEN;
+    uint32_t e = ea - eb + 127u;            /* biased; wraps below 0 */
+    if (ma < mb) {                          /* the quotient in [1, 2) */
+        ma <<= 1;
+        e--;
+    }
+    if (e - 1u >= 254u)                     /* overflow, or a subnormal or zero result */
+        return sf_div_general(a, b);
+    const uint32_t d = mb << 8;             /* D 2^32 */
+    uint32_t x = (uint32_t)sf_recip_seed[(d >> 25) & 63u] << 16;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = (uint32_t)(((uint64_t)d * x) >> 32);           /* D x, 2^31 = 1 */
+        x = (uint32_t)(((uint64_t)x * (0u - t)) >> 31);                 /* x (2 - D x) */
+    }
+    uint32_t q = (uint32_t)(((uint64_t)ma * x) >> 31);
+    int32_t r = (int32_t)((ma << 24) - q * mb);
+    while (r < 0) {
+        q--;
+        r += (int32_t)mb;
+    }
+    while (r >= (int32_t)mb) {
+        q++;
+        r -= (int32_t)mb;
+    }
+    const uint32_t up = q & 1u & ((r != 0) | (q >> 1));
+    return ((a ^ b) & SF_SIGN) | (((e - 1u) << 23) + (q >> 1) + up);
+}
+
 float NK_SF_ADD(float a, float b)
 {
     return sf_float(sf_add(sf_bits(a), sf_bits(b)));
@@ -253,6 +369,11 @@ float NK_SF_SUB(float a, float b)
 float NK_SF_MUL(float a, float b)
 {
     return sf_float(sf_mul(sf_bits(a), sf_bits(b)));
+}
+
+float NK_SF_DIV(float a, float b)
+{
+    return sf_float(sf_div(sf_bits(a), sf_bits(b)));
 }
 
 /* *x, *y = *x + *y, *x - *y: a butterfly of the engine's Hadamard transforms, where the soft-float
