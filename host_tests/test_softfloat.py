@@ -3,7 +3,8 @@
 Boards without an FPU (router-mt7621, router-ath79) link these in place of the compiler
 runtime's __addsf3, __subsf3, __mulsf3 and __divsf3; the engine's butterflies call nk_sf_butterfly
 (both results of one a + b, a - b pair), its lane mixing nk_sf_add_scaled (o + w * v over a
-row) and its sums of squares and dot products nk_sf_dot (acc + a * b, step by step).  They must
+row), its sums of squares and dot products nk_sf_dot (acc + a * b, step by step) and its
+GEMV groups nk_sf_group_step (acc + (norm g) (float)dot).  They must
 give IEEE 754 results bit for bit, each product and each sum rounded on its own, or the
 routers would leave the engine's one numerics contract:
 
@@ -41,6 +42,7 @@ DRIVER = r"""
 void nk_sf_butterfly(float *x, float *y);   /* both builds: the engine's butterflies */
 void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);
 float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc);
+float nk_sf_group_step(float acc, float norm, float g, int32_t dot);
 
 #ifdef NK_SOFTFLOAT_PREFIX
 float nk_sf_add(float, float);
@@ -65,13 +67,14 @@ static uint32_t u(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }
  * gets a+b, a-b, a*b, the butterfly's a+b, a-b, and with c the next pair's a (the chunk's
  * first after its last) and w the chunk's first a: c + w*b (nk_sf_add_scaled over the chunk),
  * c + a*b (nk_sf_dot of one step), c + a*b + a'*b' + a''*b'' (three steps, as far as the
- * chunk goes) and a/b */
+ * chunk goes), a/b, and with m the next pair's b bits as an int32: c + (a*b)*(float)m and
+ * c + (a*b)*(float)(m >> 12) (nk_sf_group_step, large and small dots) */
 int main(int argc, char **argv)
 {
     if (argc != 3) return 2;
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) return 2;
-    static unsigned char buf[8 * 1024], res[36 * 1024];
+    static unsigned char buf[8 * 1024], res[44 * 1024];
     static float fa[1024], fb[1024], fc[1024];
     size_t n;
     while ((n = fread(buf, 8, 1024, in)) > 0) {
@@ -85,15 +88,17 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n; i++) {
             volatile float x = fa[i], y = fb[i];    /* no constant folding, no contraction */
             float s = fa[i], d = fb[i], c = fa[(i + 1) % n];
+            int32_t m = (int32_t)u(fb[(i + 1) % n]);
             nk_sf_butterfly(&s, &d);
             uint32_t steps = n - i < 3 ? (uint32_t)(n - i) : 3u;
-            uint32_t r[9] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
+            uint32_t r[11] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
                               u(nk_sf_dot(fa + i, fb + i, 1, c)), u(nk_sf_dot(fa + i, fb + i, steps, c)),
-                              u(DIV(x, y)) };
-            for (int k = 0; k < 9; k++)
-                for (int j = 0; j < 4; j++) res[36 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
+                              u(DIV(x, y)), u(nk_sf_group_step(c, fa[i], fb[i], m)),
+                              u(nk_sf_group_step(c, fa[i], fb[i], m >> 12)) };
+            for (int k = 0; k < 11; k++)
+                for (int j = 0; j < 4; j++) res[44 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
         }
-        if (fwrite(res, 36, n, out) != n) return 3;
+        if (fwrite(res, 44, n, out) != n) return 3;
     }
     return fclose(out) != 0;
 }
@@ -164,13 +169,15 @@ def expected(pairs: np.ndarray) -> np.ndarray:
     end = np.minimum(start + CHUNK, len(pairs))
     c = x[start + (i - start + 1) % (end - start)]       # the next pair's a, within the chunk
     w = x[start]
+    m = pairs[start + (i - start + 1) % (end - start), 1].view(np.int32)   # the next pair's b bits
     with np.errstate(all="ignore"):
         p = x * y                                        # each product rounded, then each sum
         dot3 = c + p
         for k in (1, 2):
             more = i + k < end
             dot3 = np.where(more, dot3 + p[np.minimum(i + k, len(p) - 1)], dot3)
-        return np.stack([x + y, x - y, p, x + y, x - y, c + w * y, c + p, dot3, x / y],
+        return np.stack([x + y, x - y, p, x + y, x - y, c + w * y, c + p, dot3, x / y,
+                         c + p * m.astype(F32), c + p * (m >> 12).astype(F32)],
                         axis=1).astype(F32).view(U32)
 
 
@@ -181,9 +188,9 @@ def compare(pairs: np.ndarray, got: np.ndarray) -> None:
     nan_want = (want & U32(0x7FFFFFFF)) > U32(0x7F800000)
     bad = np.nonzero(((got != want) & ~(nan_got & nan_want)).any(axis=1))[0]
     names = ("+", "-", "*", "butterfly +", "butterfly -", "add_scaled c + w*", "dot c +",
-             "dot of three, c +", "/")
+             "dot of three, c +", "/", "group step, c + a*b*", "group step (small), c + a*b*")
     detail = [f"{pairs[i, 0]:08x} {names[j]} {pairs[i, 1]:08x}: got {got[i, j]:08x}, IEEE {want[i, j]:08x}"
-              for i in bad[:10] for j in range(9) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
+              for i in bad[:10] for j in range(11) if got[i, j] != want[i, j] and not (nan_got[i, j] and nan_want[i, j])]
     assert bad.size == 0, f"{bad.size} of {len(pairs)} pairs differ:\n" + "\n".join(detail)
 
 
@@ -192,7 +199,7 @@ def run_driver(cmd: list[str], pairs: np.ndarray, tmp_path: Path) -> np.ndarray:
     run = subprocess.run(cmd + [str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr
-    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 9)
+    return np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype="<u4").astype(U32).reshape(-1, 11)
 
 
 def build(board_name: str, tmp_path: Path, prefixed: bool) -> Path:
@@ -239,8 +246,8 @@ def test_routers_link_and_match(board_name, tmp_path):
 def test_soft_float_engines_take_the_fused_paths(board_name, fused, tmp_path):
     """The engine of a board without an FPU runs its butterflies through nk_sf_butterfly (both
     results from one unpacking, the bits of a + b and a - b above), its lane mixing through
-    nk_sf_add_scaled and its sums of squares and dot products through nk_sf_dot; every other
-    board keeps the plain f32 operations."""
+    nk_sf_add_scaled, its sums of squares and dot products through nk_sf_dot and its GEMV
+    groups through nk_sf_group_step; every other board keeps the plain f32 operations."""
     board = boards.load(board_name)
     archive = Path(__file__).resolve().parent / "golden" / "tiny" / "archive.cact"
     boards.generate_engine(board, str(archive), str(tmp_path / "gen"))
@@ -250,4 +257,5 @@ def test_soft_float_engines_take_the_fused_paths(board_name, fused, tmp_path):
     assert ("nk_sf_add_scaled(o, w, v, n)" in model) == fused
     assert ("return nk_sf_dot(x, x, n, 0.0f)" in kernels) == fused
     assert ("return nk_sf_dot(a, b, n, 0.0f)" in kernels) == fused
+    assert ("acc = nk_sf_group_step(acc, nk_f16(nrm + 2u * j), G[j], dot);" in kernels) == fused
     assert boards.soft_float(board) == fused

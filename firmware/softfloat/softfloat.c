@@ -43,6 +43,7 @@ float NK_SF_DIV(float a, float b);
 void nk_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
 void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);  /* lane mixing (needle_model.c) */
 float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc); /* sums of products */
+float nk_sf_group_step(float acc, float norm, float g, int32_t dot);  /* a GEMV group (kernels) */
 
 #define SF_SIGN 0x80000000u
 #define SF_ABS 0x7fffffffu
@@ -460,4 +461,27 @@ float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc)
     for (uint32_t i = 0; i < n; i++)
         s = sf_add(s, sf_mul(sf_bits(a[i]), sf_bits(b[i])));
     return sf_float(s);
+}
+
+/* (float)v, rounded to nearest even above 2^24, as the runtime's __floatsisf gives it */
+static inline __attribute__((always_inline)) uint32_t sf_from_i32(int32_t v)
+{
+    if (v == 0)
+        return 0u;
+    const uint32_t sign = v < 0 ? SF_SIGN : 0u;
+    const uint32_t u = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+    const uint32_t n = (uint32_t)__builtin_clz(u);
+    uint32_t m = (u << n) >> 1;             /* the leading one at bit 30, 7 guard bits (a
+                                             * magnitude of at most 2^31 loses no bit) */
+    m += 0x3fu + ((m >> 7) & 1u);
+    return sign | (((157u - n) << 23) + (m >> 7));
+}
+
+/* acc + (norm g) (float)dot: one group of a 4-, 3- or 2-bit GEMV row (the scalar kernels'
+ * `coef = norm * G[j]; acc = acc + coef * (float)dot`), the conversion and the three
+ * operations each rounded as on their own, in one call instead of four. */
+float nk_sf_group_step(float acc, float norm, float g, int32_t dot)
+{
+    const uint32_t coef = sf_mul(sf_bits(norm), sf_bits(g));
+    return sf_float(sf_add(sf_bits(acc), sf_mul(coef, sf_from_i32(dot))));
 }
