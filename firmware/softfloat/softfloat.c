@@ -73,6 +73,20 @@ static inline uint32_t sf_shift_sticky(uint32_t m, uint32_t n)
     return n < 32u ? (m >> n) | ((m << (32u - n)) != 0u) : (m != 0u);
 }
 
+/* A finite nonzero magnitude's significand with its leading one at bit 23, and its exponent:
+ * a subnormal's is normalised, with an exponent of 1 or below. */
+static inline __attribute__((always_inline)) uint32_t sf_significand(uint32_t abs, int32_t *e)
+{
+    const uint32_t m = abs & SF_FRAC;
+    if (abs >> 23) {
+        *e = (int32_t)(abs >> 23);
+        return m | SF_HIDDEN;
+    }
+    const uint32_t s = (uint32_t)__builtin_clz(m) - 8u;
+    *e = 1 - (int32_t)s;
+    return m << s;
+}
+
 /* a + b on the bit patterns with |a| >= |b|, every case: zeros, subnormals, infinities, NaN.  The
  * significands carry 7 guard bits (bits 30..7 hold the 24 significant ones): alignment loses
  * bits only when the exponents differ by two or more, and then a difference needs at most
@@ -137,22 +151,8 @@ static inline __attribute__((always_inline)) uint32_t sf_mul_general(uint32_t a,
     if (aa == 0u || bb == 0u)
         return sign;
 
-    int32_t ea = (int32_t)(aa >> 23), eb = (int32_t)(bb >> 23);
-    uint32_t ma = aa & SF_FRAC, mb = bb & SF_FRAC;
-    if (ea) {
-        ma |= SF_HIDDEN;
-    } else {                                /* subnormal: normalise, exponent below 1 */
-        uint32_t s = (uint32_t)__builtin_clz(ma) - 8u;
-        ma <<= s;
-        ea = 1 - (int32_t)s;
-    }
-    if (eb) {
-        mb |= SF_HIDDEN;
-    } else {
-        uint32_t s = (uint32_t)__builtin_clz(mb) - 8u;
-        mb <<= s;
-        eb = 1 - (int32_t)s;
-    }
+    int32_t ea, eb;
+    uint32_t ma = sf_significand(aa, &ea), mb = sf_significand(bb, &eb);
     uint64_t p = (uint64_t)(ma << 8) * (uint64_t)(mb << 8);    /* in [2^62, 2^64) */
     uint32_t hi = (uint32_t)(p >> 32), lo = (uint32_t)p;
     int32_t e = ea + eb - 127;
@@ -263,22 +263,8 @@ static __attribute__((noinline)) uint32_t sf_div_general(uint32_t a, uint32_t b)
     if (aa == 0u)
         return sign;
 
-    int32_t ea = (int32_t)(aa >> 23), eb = (int32_t)(bb >> 23);
-    uint32_t ma = aa & SF_FRAC, mb = bb & SF_FRAC;
-    if (ea) {
-        ma |= SF_HIDDEN;
-    } else {                                /* subnormal: normalise, exponent below 1 */
-        const uint32_t s = (uint32_t)__builtin_clz(ma) - 8u;
-        ma <<= s;
-        ea = 1 - (int32_t)s;
-    }
-    if (eb) {
-        mb |= SF_HIDDEN;
-    } else {
-        const uint32_t s = (uint32_t)__builtin_clz(mb) - 8u;
-        mb <<= s;
-        eb = 1 - (int32_t)s;
-    }
+    int32_t ea, eb;
+    uint32_t ma = sf_significand(aa, &ea), mb = sf_significand(bb, &eb);
     int32_t e = ea - eb + 127;
     if (ma < mb) {                          /* the quotient in [1, 2) */
         ma <<= 1;
