@@ -30,6 +30,7 @@ import pytest
 from bench import host as bench
 from generator.build import boards, flags
 from generator.commands import golden
+from host_tests.tiny_firmware import runtime_paths
 from generator.commands import synth
 from host_tests.scons_run import scons
 
@@ -269,7 +270,7 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
     exe = tmp_path / "driver"
     cc = boards.compiler_argv(board)
-    runtime = [str(ROOT / "firmware" / src) for src in boards.runtime_sources(board)]
+    runtime = runtime_paths(board)   # the soft-float routines on the routers
     proc = subprocess.run([*cc, *flags.compile_flags(board, family), f"-I{gen}", str(tmp_path / "driver.c"),
                            *runtime, *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from generator.build import boards, flags
 from generator.model import numerics as nm
+from host_tests.tiny_firmware import runtime_paths
 
-ROOT = Path(__file__).resolve().parent.parent
 U32 = np.uint32
 F32 = np.float32
 NAN_BITS = 0x7FC00000
@@ -121,7 +120,7 @@ def test_c_matches_numpy_twins_bit_for_bit(tiny_archive, board_name, count, tmp_
     (tmp_path / "driver.c").write_text(DRIVER)
     exe = tmp_path / "driver"
     family = boards.kernel_family(board) if board_name == "host" else "scalar"   # x86: -mavx2
-    runtime = [str(ROOT / "firmware" / src) for src in boards.runtime_sources(board)]   # soft float
+    runtime = runtime_paths(board)   # the soft-float routines on the routers
     proc = subprocess.run([*boards.compiler_argv(board), *flags.compile_flags(board, family), f"-I{gen}",
                            str(tmp_path / "driver.c"), *runtime, *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)        # -lm: the kernels' sqrtf

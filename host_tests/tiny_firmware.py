@@ -14,6 +14,12 @@ from generator.codegen import pipeline, render
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
 
 
+def runtime_paths(board: dict) -> list[str]:
+    """The run-time support the engine links on `board` (boards.runtime_sources: the
+    soft-float routines on the MIPS routers), for a test that links generated kernels itself."""
+    return [str(FIRMWARE / s) for s in boards.runtime_sources(board)]
+
+
 def build_tiny(board: dict, main_c: str, out: Path, name: str = "fw") -> Path:
     """Compile and link `main_c` for `board` into out/<name>.elf; returns the image."""
     out.mkdir(parents=True, exist_ok=True)

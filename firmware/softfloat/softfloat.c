@@ -278,17 +278,16 @@ static __attribute__((noinline)) uint32_t sf_div_general(uint32_t a, uint32_t b)
         q = (q << 1) | bit;
         r <<= 1;
     }
-    uint32_t sticky = r != 0u;
+    uint32_t m = (q << 6) | (r != 0u);      /* sf_add's form: the leading one at bit 30, 7
+                                             * guard bits (the round bit at 6), sticky */
     if (e >= 255)
         return sign | SF_INF;
     if (e <= 0) {                           /* below the normal range: denormalise, round once */
-        const uint32_t sh = (uint32_t)(1 - e);
-        sticky |= sh < 32u ? (q << (32u - sh)) != 0u : q != 0u;
-        q = sh < 32u ? q >> sh : 0u;
+        m = sf_shift_sticky(m, (uint32_t)(1 - e));
         e = 1;
     }
-    const uint32_t up = q & 1u & (sticky | (q >> 1));
-    return sign | ((((uint32_t)e - 1u) << 23) + (q >> 1) + up);
+    m += 0x3fu + ((m >> 7) & 1u);
+    return sign | ((((uint32_t)e - 1u) << 23) + (m >> 7));
 }
 
 /* 2^22 / (64.5 + i), rounded, i < 64: 2^15 / D for the middle of each of the 64 intervals of
