@@ -6,8 +6,9 @@ logits after a prefill of K tokens, and every logit after it, equal the goldens 
 
 * on the host, for the golden archives of both generations, with chunks that split the
   prompt unevenly (1, 3, 4, 5, 7 tokens and the RAM default), the `x86` kernels (blocked GEMM)
-  and `scalar` ones (decode-once GEMM), and engines with a thread pool (thread_grain=0: the
-  steps after the prompt split every product; a pass runs on the calling thread);
+  and `scalar` ones (decode-once GEMM), and engines with a thread pool run with every thread
+  count (thread_grain=0: a pass splits every product by rows and deals its per-token steps,
+  attention included, across the threads; the steps after the prompt split every product);
 * through the ring's wrap (tiny-wrap-kv4: window 16, a 48-token prompt; the n3 goldens:
   local windows): passes whose positions reuse a slot attend token by token;
 * the probe heads' cells (--heads) after a prefill equal those after stepping;
@@ -39,6 +40,7 @@ CASES = [
     ("small", ["threads=3", "thread_grain=0", "prefill_chunk=4"]),
     ("tiny-wrap-kv4", ["prefill_chunk=5"]),
     ("tiny-wrap-kv4", []),
+    ("tiny-wrap-kv4", ["threads=2", "thread_grain=0", "prefill_chunk=5"]),
     ("n3-tiny", ["prefill_chunk=4"]),
     ("n3-small", ["threads=2", "thread_grain=0"]),
     ("n3-rung", ["kernels=scalar", "prefill_chunk=7"]),
@@ -63,13 +65,15 @@ def test_prefill_then_steps_equal_the_goldens(name, options, tmp_path):
     want = logits["a8"]
     tokens = ",".join(map(str, meta["tokens"]))
     n = len(meta["tokens"])
+    threads = next((int(o.split("=")[1]) for o in options if o.startswith("threads=")), 1)
     for k in sorted({1, 2, chunk, chunk + 1, 2 * chunk + 1, n - 1, n} & set(range(1, n + 1))):
-        out = tmp_path / f"k{k}.f32"
-        proc = subprocess.run([str(exe), "--tokens", tokens, "--prefill", str(k), "--logits", str(out)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        got = np.fromfile(out, dtype="<f4").reshape(n - k + 1, want.shape[1])
-        assert np.array_equal(got, want[k - 1:]), f"--prefill {k} (chunk {chunk})"
+        for used in range(1, threads + 1):
+            out = tmp_path / f"k{k}-t{used}.f32"
+            proc = subprocess.run([str(exe), "--tokens", tokens, "--prefill", str(k), "--logits", str(out),
+                                   "--threads", str(used)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+            got = np.fromfile(out, dtype="<f4").reshape(n - k + 1, want.shape[1])
+            assert np.array_equal(got, want[k - 1:]), f"--prefill {k} (chunk {chunk}, --threads {used})"
 
 
 def test_probe_heads_after_a_prefill_equal_stepping(tmp_path):

@@ -27,7 +27,7 @@ HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free", "aligned_alloc", "posix
 #: The engine's state objects (needle_model.c): the sequence state, the KV rings, the probe
 #: heads' cells, and the prefill pass's per-token vectors and attention scratch.
 PREFILL_OBJECTS = ("tok", "pass_scores", "pass_query")
-STATE_OBJECTS = ("st", "kv_cache", "cells") + PREFILL_OBJECTS
+STATE_OBJECTS = ("st", "work", "kv_cache", "cells") + PREFILL_OBJECTS
 
 
 @dataclass
