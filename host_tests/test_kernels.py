@@ -9,7 +9,7 @@
   there (the host's two x86 families where its CPU has their instructions).
 * Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
   nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
-  own nk_columns8 with what it must equal) bit for bit on
+  own nk_columns8 and the weighted sum's nk_ws_i8n with what they must equal) bit for bit on
   random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
   including the awkward values (zeros, subnormals, values below 2^-100, infinities, NaN,
   subnormal and infinite f16 norms, tiny group scales) -- natively for x86 and under QEMU
@@ -233,6 +233,34 @@ int main(void)
             }
     }
 #endif
+#ifdef NK_WS_RUNS
+    /* nk_ws_i8n: a run of the weighted sum against the plain loop (exact int32 sums): lengths
+     * 1..72 (every remainder of the 32-, 8- and 4-column blocks), unaligned rows, runs of
+     * 1..128 positions, weights up to 2^16, extreme codes, lanes past n left alone */
+    for (int t = 0; t < 300; t++, own++) {
+        static int8_t codes[128][80];
+        static int32_t u[128], a1[84], a2[84];
+        static const int8_t *row[128];
+        const uint32_t n = 1 + (uint32_t)t % 72u, count = 1 + rnd() % 128u, off = rnd() % 4u;
+        for (uint32_t k = 0; k < 128; k++)
+            for (uint32_t i = 0; i < 80; i++)
+                codes[k][i] = (int8_t)(t % 5 == 0 ? ((k & 1u) ? 127 : -127) : (int)(rnd() % 255u) - 127);
+        for (uint32_t k = 0; k < count; k++) {
+            u[k] = k < 2 || t % 5 == 0 ? 65536 : (int32_t)(rnd() % 65537u);
+            row[k] = codes[(k * 7u + (uint32_t)t) % 128u] + off;
+        }
+        for (uint32_t c = 0; c < 84; c++) a1[c] = a2[c] = (int32_t)rnd();
+        for (uint32_t c = 0; c < n; c++) {
+            a2[c] = 0;
+            for (uint32_t k = 0; k < count; k++) a2[c] += u[k] * (int32_t)row[k][c];
+        }
+        nk_ws_i8n(a1, u, row, count, n);
+        if (memcmp(a1, a2, sizeof a1)) {
+            if (bad < 10) printf("ws_i8n n=%u count=%u offset=%u: differs\n", n, count, off);
+            bad++;
+        }
+    }
+#endif
     printf("{\"kernels\": \"%s\", \"trials\": %d, \"own\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, own, bad);
     return bad != 0;
 }
@@ -278,9 +306,10 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     out = run_on(board, exe, [], tmp_path)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     src = (gen / "needle_kernels.c").read_text()
-    own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src)
+    runs = "#define NK_WS_RUNS 1" in (gen / "needle_kernels.h").read_text()
+    own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src) + 300 * runs
     if family in boards.X86_FAMILIES:
-        assert own == 200, "the x86 families' nk_columns8 went untested"
+        assert own == 500, "the x86 families' nk_columns8 or nk_ws_i8n went untested"
     assert result == {"kernels": family, "trials": 6000, "own": own, "mismatches": 0}, out.stdout
 
 
