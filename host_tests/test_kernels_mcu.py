@@ -12,7 +12,10 @@ covered by test_boards.py, which builds every board with its own kernel family. 
   lengths 1..640 (padding), ordinary, tiny, subnormal, sparse, huge, tie-rounding, all-zero
   and NaN/inf values; and the integer attention helpers nk_dot_i8n / nk_ws_i8n against plain
   loops (lengths 1..131, unaligned rows, runs of 1..128 positions, extreme codes and weights,
-  lanes past the end left alone).  Every output must be bit-identical;
+  lanes past the end left alone); and nk_fwht (mve: Helium within a bound where flushing
+  cannot change a bit) against the plain butterfly loop (lengths 16..512, every kind of
+  input above, values at and just past both edges of the bound); and nk_f16_to_f32 (the
+  FPU's VCVTB for finite values) against the integer conversion on all 65,536 patterns.  Every output must be bit-identical;
 * the same driver times one 256 x 512 GEMV per width: the family must be the fast path, not
   a silent fallback;
 * the benchmark prints its JSON line with the promised keys, and the instruction counts are
@@ -64,7 +67,7 @@ def test_family_equals_scalar_bit_for_bit(drivers, board, family):
     text, res = drivers[board]
     mismatches = [ln for ln in text.splitlines() if ln.startswith("MISMATCH")]
     assert res["kernels"] == family
-    assert res["cases"] >= 390                 # 261 GEMV and quantisation cases, 131 attention ones
+    assert res["cases"] >= 469                 # 261 GEMV and quantisation, 131 attention, 1 f16 (all 65,536), 78 nk_fwht
     assert not mismatches, "\n".join(mismatches[:20])
     assert res["mismatches"] == 0 and res["returncode"] == 0
 
