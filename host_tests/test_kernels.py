@@ -9,7 +9,8 @@
   there (the host's two x86 families where its CPU has their instructions).
 * Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
   nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
-  own nk_columns8 and the weighted sum's nk_ws_i8n with what they must equal) bit for bit on
+  own nk_columns8 and the weighted sum's nk_ws_i8n with what they must equal, and nk_fwht
+  with the plain butterfly loop) bit for bit on
   random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
   including the awkward values (zeros, subnormals, values below 2^-100, infinities, NaN,
   subnormal and infinite f16 norms, tiny group scales) -- natively for x86 and under QEMU
@@ -233,6 +234,25 @@ int main(void)
             }
     }
 #endif
+    /* nk_fwht against the plain butterfly loop, every length 2..512, the awkward values too */
+    for (int t = 0; t < 90; t++) {
+        static float f0[512], f1[512];
+        const uint32_t n = 2u << (t % 9), mode = (uint32_t)t / 9u % 7u;
+        for (uint32_t i = 0; i < n; i++) f0[i] = f1[i] = rnd() % 4 ? rndf() : special((int)mode);
+        for (uint32_t h = 1; h < n; h *= 2)
+            for (uint32_t i = 0; i < n; i += 2 * h)
+                for (uint32_t j = i; j < i + h; j++) {
+                    const float a = f0[j], b = f0[j + h];
+                    f0[j] = a + b;
+                    f0[j + h] = a - b;
+                }
+        nk_fwht(f1, n);
+        trials++;
+        if (memcmp(f0, f1, n * sizeof(float))) {
+            if (bad < 10) printf("fwht n=%u mode=%u: differs\n", n, mode);
+            bad++;
+        }
+    }
 #ifdef NK_WS_RUNS
     /* nk_ws_i8n: a run of the weighted sum against the plain loop (exact int32 sums): lengths
      * 1..72 (every remainder of the 32-, 8- and 4-column blocks), unaligned rows, runs of
@@ -310,7 +330,7 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src) + 300 * runs
     if family in boards.X86_FAMILIES:
         assert own == 500, "the x86 families' nk_columns8 or nk_ws_i8n went untested"
-    assert result == {"kernels": family, "trials": 6000, "own": own, "mismatches": 0}, out.stdout
+    assert result == {"kernels": family, "trials": 6090, "own": own, "mismatches": 0}, out.stdout
 
 
 def test_per_shape_instances_follow_the_archive(tmp_path):
