@@ -210,7 +210,11 @@ def test_plan_tables(name):
     assert [surfaces[p.byte_ids[b]] for b in range(256)] == [
         f"<0x{b:02X}>".encode() for b in range(256)]
     assert p.id_type == "uint16_t" and p.pos_type == "uint16_t"
-    assert p.off_type == ("uint16_t" if name == "tiny" else "uint32_t")
+    # the C table: offsets less the 7-byte heads before them, which fit 16 bits for 8k pieces
+    assert [r - 7 * i for i, r in enumerate(p.rec_offsets)] == list(p.rec_packed)
+    assert p.off_type == "uint16_t"
+    if name == "small":  # the plain offsets would need 32 bits
+        assert p.rec_offsets[-1] > 0xFFFF
 
 
 def test_plan_rejects_bad_max_text():
