@@ -201,6 +201,23 @@ def test_grammar_equals_the_python_twin(driver, tmp_path, block):
     assert compiled >= 10      # the generator mostly writes valid lists
 
 
+def test_a_character_in_progress_counts_only_items_that_can_take_it(driver, tmp_path):
+    """A pattern string in the middle of a UTF-8 character: the shortest completion counts only
+    the NFA items whose class holds a character with those bytes (hypothesis found `[A-Z]`
+    counted as if it could take U+0080 after a 0xC2 lead byte, one byte short)."""
+    tools = [{"name": "t", "parameters": {"type": "object", "properties": {
+        "m": {"type": "string", "pattern": "[A-Z]"}, "c": {"type": "string", "pattern": "^[a-z\u00e9]+$"}},
+        "required": ["m", "c"]}}]
+    text = json.dumps(tools)
+    g = compile_tools(text, force_call=True)
+    head = b'[{"name":"t","arguments":{"m":"'
+    cases = [head + b"\xc2", head + b"\xc2\x80", head + b"\xe5\x86", head + b'A","c":"\xc3', head + b'A","c":"\xc3\xa9']
+    state = gm.feed_bytes(g, gm.start(g), head)
+    before = gm.min_bytes(g, state)
+    assert gm.min_bytes(g, gm.feed(g, state, 0xC2)) == before + 1     # the continuation, then still an A-Z
+    assert run_driver(driver, tmp_path, text, True, cases) == python_driver(g, cases)
+
+
 @pytest.mark.parametrize("tools, message", [
     ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"oneOf": []}}}}],
      'tool "a": property "x": unsupported keyword "oneOf"'),

@@ -1561,8 +1561,14 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
         uint32_t chars = INF;
         const uint32_t *rest = g->rest + n->rest0;
         if (pending) {
+            uint32_t lo = 0, hi = 0;
+            if (f->need) {      /* a UTF-8 character: the code points its next byte's range leaves */
+                const uint32_t k = 6u * (f->need - 1u);
+                lo = ((f->cp << 6) | (f->lo & 0x3Fu)) << k;
+                hi = (((f->cp << 6) | (f->hi & 0x3Fu)) << k) | ((1u << k) - 1u);
+            }
             for (uint32_t i = 0; i < n->n_item; i++)
-                if (f->set >> i & 1u) {
+                if ((f->set >> i & 1u) && (!f->need || item_hits(g, &g->item[n->item0 + i], lo, hi))) {
                     uint32_t r = g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u];
                     if (r < chars) chars = r;
                 }

@@ -448,9 +448,14 @@ def _str_rest(node, f) -> int:
     if node.pattern:
         items, nfa = node.pattern, f[9]
         if pending:   # the character in progress: the cheapest item that could take it
+            lo = hi = -1
+            if need:  # a UTF-8 character: the code points its next byte's range leaves
+                k = 6 * (need - 1)
+                lo = ((f[6] << 6) | (f[7] & 0x3F)) << k
+                hi = (((f[6] << 6) | (f[8] & 0x3F)) << k) | ((1 << k) - 1)
             best = INF
             for i in range(len(items)):
-                if nfa >> i & 1:
+                if nfa >> i & 1 and (lo < 0 or rx.hits(items[i], lo, hi)):
                     best = min(best, node.rest[i] if items[i][0] == rx.P_STAR else node.rest[i + 1])
             chars = 0 if best >= INF else best
         else:
