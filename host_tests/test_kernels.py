@@ -8,7 +8,8 @@
   board; the families that exist on one board only (x86, x86-vnni, neon64-dot, neon32) run
   there (the host's two x86 families where its CPU has their instructions).
 * Unit exactness: a generated C driver includes the family's needle_kernels.c and compares
-  nk_a8_quantize / nk_gemv_a8 with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
+  nk_a8_quantize / nk_gemv_a8 / nk_gemm_a8 (the board's GEMM form: a prompt pass's product,
+  every token against the scalar GEMV) with nk_a8_quantize_scalar / nk_gemv_a8_scalar (and a family's
   own nk_columns8 and the weighted sum's nk_ws_i8n with what they must equal, and nk_fwht
   with the plain butterfly loop) bit for bit on
   random inputs for every width of an archive holding 2-, 3-, 4-bit and ternary matrices,
@@ -195,6 +196,50 @@ int main(void)
             bad++;
         }
     }
+    int gemm = 0;
+#if NK_MAX_BATCH > 1
+    /* nk_gemm_a8 (a prompt pass's product, the board's GEMM form): every token of a batch of
+     * 1..NK_MAX_BATCH against the scalar GEMV, the awkward norms and scales included */
+    for (int t = 0; t < 400; t++, gemm++) {
+        static int8_t qb[NK_MAX_BATCH][NK_MAX_GROUPS * NK_GROUP];
+        static float gsb[NK_MAX_BATCH][NK_MAX_GROUPS], yb1[NK_MAX_BATCH][48], yb2[48];
+        uint8_t bits = widths[rnd() % sizeof widths];
+        uint32_t ng = 1 + rnd() % NK_MAX_GROUPS, rows = 1 + rnd() % 40, total = rows + rnd() % 5;
+        uint32_t gb = nk_group_bytes(bits), row0 = total - rows, n = 1 + rnd() % NK_MAX_BATCH;
+        if (t % 4 == 0) n = NK_MAX_BATCH;
+        for (uint32_t i = 0; i < total * ng * gb; i++) packed[i] = (uint8_t)rnd();
+        int nmode = t % 10 < 7 ? 0 : (int)(rnd() % 4);
+        for (uint32_t i = 0; i < total * ng; i++) {
+            uint16_t h = rnd_f16(rnd() % 8 == 0 ? nmode : 0);
+            norms[2 * i] = (uint8_t)h;
+            norms[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        nk_a8_io io[NK_MAX_BATCH];
+        for (uint32_t c = 0; c < n; c++) {
+            for (uint32_t i = 0; i < ng * NK_GROUP; i++) {
+                int v = (int)(rnd() % 255u) - 127;
+                qb[c][i] = (int8_t)(t % 13 == 5 ? 127 : t % 11 == 0 ? 0 : v);
+            }
+            for (uint32_t j = 0; j < ng; j++) {
+                uint32_t k = rnd() % 16;
+                gsb[c][j] = k == 0 ? 0.0f : k == 1 ? 1e-30f : k == 2 ? 1e30f : rndf() * 0.01f;
+            }
+            io[c].y = yb1[c];
+            io[c].q = qb[c];
+            io[c].gs = gsb[c];
+        }
+        nk_cq w = { packed, norms, ng * gb, (uint16_t)ng, bits };
+        nk_gemm_a8(&w, row0, rows, io, n);
+        for (uint32_t c = 0; c < n; c++) {
+            nk_gemv_a8_scalar(yb2, &w, row0, rows, qb[c], gsb[c]);
+            if (memcmp(yb1[c], yb2, rows * sizeof(float))) {
+                if (bad < 10) printf("gemm bits=%u ng=%u rows=%u n=%u: token %u differs\n", bits, ng, rows, n, c);
+                bad++;
+                break;
+            }
+        }
+    }
+#endif
     /* nk_a8_quantize */
     for (int t = 0; t < 3000; t++) {
         uint32_t in = 1 + rnd() % (NK_MAX_GROUPS * NK_GROUP), in_pad = (in + NK_GROUP - 1) / NK_GROUP * NK_GROUP;
@@ -281,7 +326,7 @@ int main(void)
         }
     }
 #endif
-    printf("{\"kernels\": \"%s\", \"trials\": %d, \"own\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, own, bad);
+    printf("{\"kernels\": \"%s\", \"trials\": %d, \"own\": %d, \"gemm\": %d, \"mismatches\": %d}\n", NK_KERNELS, trials, own, gemm, bad);
     return bad != 0;
 }
 """
@@ -330,7 +375,10 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src) + 300 * runs
     if family in boards.X86_FAMILIES:
         assert own == 500, "the x86 families' nk_columns8 or nk_ws_i8n went untested"
-    assert result == {"kernels": family, "trials": 6090, "own": own, "mismatches": 0}, out.stdout
+    batch = int(re.search(r"#define NK_MAX_BATCH\s+(\d+)u", (gen / "needle_kernels.h").read_text()).group(1))
+    assert batch > 1 or board_name.startswith("watch"), "no batched product to check"
+    assert result == {"kernels": family, "trials": 6090, "own": own, "gemm": 400 if batch > 1 else 0,
+                      "mismatches": 0}, out.stdout
 
 
 def test_per_shape_instances_follow_the_archive(tmp_path):

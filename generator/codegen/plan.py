@@ -255,7 +255,7 @@ class EnginePlan:
     threads: int                        # NEEDLE_THREADS: 1, or a pool of threads - 1 workers
     thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
     prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
-    gemm_form: str                      # nk_gemm_a8's form: "scalar" (decode once) or "blocked"
+    gemm_form: str                      # nk_gemm_a8's form: "scalar", "family" or "blocked" (GEMM_FORM)
     attention_lanes: int                # ATT_LANES: decode attention's positions side by side
     vector_float: bool                  # the family's compiler vectorises f32 loops exactly
     soft_float: bool                    # butterflies, lane mixing and dot products through firmware/softfloat
@@ -558,9 +558,11 @@ MAX_THREADS = 64
 
 
 #: How each kernel family batches a prefill product (README, Batched prefill): "scalar"
-#: unpacks each weight group once and takes a plain int8 dot per token; "blocked" runs the
-#: family's GEMV over row blocks that stay in L1 while every token passes.
-GEMM_FORM = {"scalar": "scalar"}
+#: unpacks each weight group once and takes a plain int8 dot per token; "family" is the
+#: family's own nk_gemm_a8_family (each row's group decoded once into the family's level
+#: form, then only multiply-accumulates per token); "blocked" runs the family's GEMV over row
+#: blocks that stay in L1 while every token passes.
+GEMM_FORM = {"scalar": "scalar", "armv6": "family"}
 
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the
