@@ -562,7 +562,8 @@ MAX_THREADS = 64
 #: family's own nk_gemm_a8_family (each row's group decoded once into the family's level
 #: form, then only multiply-accumulates per token); "blocked" runs the family's GEMV over row
 #: blocks that stay in L1 while every token passes.
-GEMM_FORM = {"scalar": "scalar", "armv6": "family", "neon64": "family", "neon64-dot": "family"}
+GEMM_FORM = {"scalar": "scalar", "armv6": "family", "neon64": "family", "neon64-dot": "family",
+             "neon32": "family"}
 
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the
