@@ -167,6 +167,7 @@ DRIVER_BITMAP = "embedding=4,mhc=3,attn.gate_proj=1.58,default=2"
 GEMV_SHAPES = [(1, 1), (2, 1), (3, 2), (4, 1), (5, 3), (7, 2), (8, 4), (9, 1), (13, 5)]   # (rows, groups)
 QUANT_LENGTHS = [1, 17, 64, 96, 128, 200, 256, 384, 640]
 DRIVER_MAX_GROUPS = 5
+DRIVER_BATCH = 8                # tokens of the driver's batched products (NK_MAX_BATCH)
 BENCH_SHAPE = (256, 4)          # rows, groups of the per-width GEMV timing (256 x 512)
 
 
@@ -199,6 +200,7 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
     boards.generate_engine(board, str(arch), str(gen), kernels=family)
     engine, _ = pipeline.contexts(str(arch), boards.engine_options(board, kernels=family), gnu_stack=False)
     engine, widths = _all_widths(engine, reader.read(str(arch)))
+    engine = dataclasses.replace(engine, prefill_chunk=DRIVER_BATCH)   # nk_gemm_a8 built and checked
     for name in ("needle_kernels.h", "needle_kernels.c"):
         (gen / name).write_text(render.render(pipeline.ENGINE_FILES[name], engine))
     (out_dir / "driver.c").write_text(render.render("bench/kernel_driver.c.j2", {

@@ -15,7 +15,10 @@ covered by test_boards.py, which builds every board with its own kernel family. 
   lanes past the end left alone); and nk_fwht (mve: Helium within a bound where flushing
   cannot change a bit) against the plain butterfly loop (lengths 16..512, every kind of
   input above, values at and just past both edges of the bound); and nk_f16_to_f32 (the
-  FPU's VCVTB for finite values) against the integer conversion on all 65,536 patterns.  Every output must be bit-identical;
+  FPU's VCVTB for finite values) against the integer conversion on all 65,536 patterns; and
+  nk_gemm_a8 (the board's GEMM form: mdsp's four-token form and its 1-3 token remainder,
+  mve's blocked form) with 1..8 tokens, each against the scalar GEMV.  Every output must be
+  bit-identical;
 * the same driver times one 256 x 512 GEMV per width: the family must be the fast path, not
   a silent fallback;
 * the benchmark prints its JSON line with the promised keys, and the instruction counts are
@@ -67,7 +70,8 @@ def test_family_equals_scalar_bit_for_bit(drivers, board, family):
     text, res = drivers[board]
     mismatches = [ln for ln in text.splitlines() if ln.startswith("MISMATCH")]
     assert res["kernels"] == family
-    assert res["cases"] >= 495                 # 261 GEMV and quantisation, 131 attention, 1 f16 (all 65,536), 104 nk_fwht
+    # 261 GEMV and quantisation, 90 batched products (nk_gemm_a8), 131 attention, 1 f16 (all 65,536), 104 nk_fwht
+    assert res["cases"] >= 585
     assert not mismatches, "\n".join(mismatches[:20])
     assert res["mismatches"] == 0 and res["returncode"] == 0
 

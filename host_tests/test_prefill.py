@@ -158,12 +158,13 @@ def test_prefill_api_refuses_without_feeding(tmp_path):
 
 def test_default_chunk_follows_the_board_ram():
     """The largest power of two up to 32 whose per-token vectors (and attention scores) fit
-    1/128 of the board's engine RAM."""
+    1/64 of the board's engine RAM (geometry.PREFILL_RAM_SHARE)."""
     h = reader.read((ROOT / "demo" / "needle2-demo.cact").read_bytes()).header
     per_token = geometry.prefill_token_bytes(h, 64)
     assert geometry.default_prefill_chunk(h, 256 << 20, 64) == geometry.PREFILL_CHUNK_MAX
-    assert geometry.default_prefill_chunk(h, 128 * per_token * 5, 64) == 4
-    assert geometry.default_prefill_chunk(h, 128 * per_token - 1, 64) == 1
+    assert geometry.PREFILL_RAM_SHARE == 64
+    assert geometry.default_prefill_chunk(h, 64 * per_token * 5, 64) == 4
+    assert geometry.default_prefill_chunk(h, 64 * per_token - 1, 64) == 1
     # more positions to score, smaller chunks
     assert geometry.prefill_token_bytes(h, 4096) > geometry.prefill_token_bytes(h, 64)
 

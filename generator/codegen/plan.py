@@ -563,7 +563,7 @@ MAX_THREADS = 64
 #: form, then only multiply-accumulates per token); "blocked" runs the family's GEMV over row
 #: blocks that stay in L1 while every token passes.
 GEMM_FORM = {"scalar": "scalar", "armv6": "family", "neon64": "family", "neon64-dot": "family",
-             "neon32": "family"}
+             "neon32": "family", "mdsp": "family"}
 
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the

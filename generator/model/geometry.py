@@ -146,7 +146,7 @@ def engram_history_bytes(h: dict) -> int:
 #: Batched prefill (docs/numerics.md §12): the most tokens of one pass over the weights, and
 #: the share of the board's engine RAM the pass's per-token vectors may take.
 PREFILL_CHUNK_MAX = 32
-PREFILL_RAM_SHARE = 128
+PREFILL_RAM_SHARE = 64
 
 
 def _a8_bytes(n: int) -> int:
