@@ -557,12 +557,12 @@ def archive_map_address(board: dict) -> int:
 MAX_THREADS = 64
 
 
-#: How each kernel family batches a prefill product (README, Batched prefill): "scalar"
-#: unpacks each weight group once and takes a plain int8 dot per token; "family" is the
+#: How each kernel family batches a prefill product (README, Batched prefill): "family" is the
 #: family's own nk_gemm_a8_family (each row's group decoded once into the family's level
-#: form, then only multiply-accumulates per token); "blocked" runs the family's GEMV over row
-#: blocks that stay in L1 while every token passes.
-GEMM_FORM = {"scalar": "scalar", "armv6": "family", "neon64": "family", "neon64-dot": "family",
+#: form, then only multiply-accumulates per token; the scalar family's falls back to the
+#: portable decode-once nk_gemm_a8_scalar); "blocked" runs the family's GEMV over row blocks
+#: that stay in L1 while every token passes.
+GEMM_FORM = {"scalar": "family", "armv6": "family", "neon64": "family", "neon64-dot": "family",
              "neon32": "family", "mdsp": "family"}
 
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
