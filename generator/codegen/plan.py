@@ -563,7 +563,7 @@ MAX_THREADS = 64
 #: portable decode-once nk_gemm_a8_scalar); "blocked" runs the family's GEMV over row blocks
 #: that stay in L1 while every token passes.
 GEMM_FORM = {"scalar": "family", "armv6": "family", "neon64": "family", "neon64-dot": "family",
-             "neon32": "family", "mdsp": "family"}
+             "neon32": "family", "mdsp": "family", "x86": "family", "x86-vnni": "family"}
 
 #: Positions whose scores a decode step accumulates side by side (README, Decode attention):
 #: eight independent sums where the family's cores run several float adds at once and the
