@@ -298,6 +298,24 @@ int main(void)
             bad++;
         }
     }
+#ifdef NK_DOT_I8N_OWN
+    /* nk_dot_i8n: the family's own integer dot against the plain loop, lengths 1..72 (every
+     * remainder of its four-byte words), unaligned rows, extreme codes */
+    for (int t = 0; t < 200; t++, own++) {
+        static int8_t da[80], db[80];
+        const uint32_t n = 1 + (uint32_t)t % 72u, oa = rnd() % 4u, ob = rnd() % 4u;
+        for (uint32_t i = 0; i < 80; i++) {
+            da[i] = (int8_t)(t % 5 == 0 ? ((i & 1u) ? 127 : -127) : (int)(rnd() % 255u) - 127);
+            db[i] = (int8_t)(t % 7 == 0 ? -127 : (int)(rnd() % 255u) - 127);
+        }
+        int32_t d = 0;
+        for (uint32_t c = 0; c < n; c++) d += (int32_t)da[oa + c] * (int32_t)db[ob + c];
+        if (nk_dot_i8n(da + oa, db + ob, n) != d) {
+            if (bad < 10) printf("dot_i8n n=%u offsets=%u,%u: differs\n", n, oa, ob);
+            bad++;
+        }
+    }
+#endif
 #ifdef NK_WS_RUNS
     /* nk_ws_i8n: a run of the weighted sum against the plain loop (exact int32 sums): lengths
      * 1..72 (every remainder of the 32-, 8- and 4-column blocks), unaligned rows, runs of
@@ -372,7 +390,10 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     result = json.loads(out.stdout.strip().splitlines()[-1])
     src = (gen / "needle_kernels.c").read_text()
     runs = "#define NK_WS_RUNS 1" in (gen / "needle_kernels.h").read_text()
-    own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src) + 300 * runs
+    dot = "#define NK_DOT_I8N_OWN 1" in (gen / "needle_kernels.h").read_text()
+    own = 200 * ("#define NK_HAVE_COLUMNS8\n" in src) + 300 * runs + 200 * dot
+    if family == "armv6":
+        assert dot, "armv6's own nk_dot_i8n went untested"
     if family in boards.X86_FAMILIES:
         assert own == 500, "the x86 families' nk_columns8 or nk_ws_i8n went untested"
     batch = int(re.search(r"#define NK_MAX_BATCH\s+(\d+)u", (gen / "needle_kernels.h").read_text()).group(1))
