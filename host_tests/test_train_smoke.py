@@ -81,3 +81,30 @@ def test_echoes_take_their_share_of_the_first_steps(tmp_path):
     with pytest.raises(SystemExit, match="echo needs a share between 0 and 1 and steps > 0"):
         T.run(toy, tmp_path / "f.cact", log=lambda _: None)
     assert not (tmp_path / "f.cact").exists()
+
+
+def test_prompt_loss_and_weight_average_are_recipe_options(tmp_path):
+    """`prompt_loss` adds the prompt's next-token loss (tried for the demo, not kept: train/
+    README.md); `ema` exports a moving average of the weights and `raw_out` the last ones.
+    The prompt loss changes what is learnt, the average differs from the last weights, and a
+    bad value of either is refused in one line."""
+    toy = copy.deepcopy(TOY)
+    toy["train"].update(steps=3, qat_steps=0)
+    plain = T.run(copy.deepcopy(toy), tmp_path / "plain.cact", log=lambda _: None)
+    lm = copy.deepcopy(toy)
+    lm["train"]["prompt_loss"] = {"weight": 0.5, "tokens": 16}
+    with_lm = T.run(lm, tmp_path / "lm.cact", log=lambda _: None)
+    assert with_lm["sha256"] != plain["sha256"]
+    lm["train"]["ema"] = 0.5
+    averaged = T.run(lm, tmp_path / "ema.cact", log=lambda _: None, raw_out=tmp_path / "raw.cact")
+    raw = (tmp_path / "raw.cact").read_bytes()
+    assert averaged["sha256"] != with_lm["sha256"]          # the average is what is exported
+    assert raw == (tmp_path / "lm.cact").read_bytes()       # and the last weights are the run's
+    assert "heldout_seq_acc_raw" in averaged["history"][-1]
+    for key, value, message in (("ema", 1.0, "ema must be in"),
+                                ("prompt_loss", {"weight": 0.0, "tokens": 8}, "prompt_loss needs")):
+        bad = copy.deepcopy(toy)
+        bad["train"][key] = value
+        with pytest.raises(SystemExit, match=message):
+            T.run(bad, tmp_path / "bad.cact", log=lambda _: None)
+    assert not (tmp_path / "bad.cact").exists()

@@ -76,14 +76,19 @@ def header(geo: dict, generation: int = 2) -> dict:
 class Batches:
     """Encoded examples packed into fixed-shape arrays (one jit shape for the whole run)."""
 
-    def __init__(self, examples: list, tok, seq_len: int, ans_len: int, aligned: bool = False):
+    def __init__(self, examples: list, tok, seq_len: int, ans_len: int, aligned: bool = False,
+                 lm_len: int = 0):
         """``examples``: task examples (encoded by task.encode) or ``(prompt_ids, target_ids)``
-        pairs already encoded (task.make_echoes)."""
-        self.seq_len, self.ans_len = seq_len, ans_len
+        pairs already encoded (task.make_echoes).  ``lm_len`` (a recipe's ``prompt_loss``):
+        also keep the positions of the prompt's last ``lm_len`` next-token predictions (the
+        query and the turn's closing template), for an auxiliary language-model loss."""
+        self.seq_len, self.ans_len, self.lm_len = seq_len, ans_len, lm_len
         n = len(examples)
         self.tokens = np.zeros((n, seq_len), np.int32)
         self.where = np.zeros((n, ans_len), np.int32)    # positions whose logits predict the target
         self.mask = np.zeros((n, ans_len), np.float32)
+        self.lm_where = np.zeros((n, lm_len), np.int32)  # positions predicting prompt tokens
+        self.lm_mask = np.zeros((n, lm_len), np.float32)
         for i, ex in enumerate(examples):
             prompt, target = ex if isinstance(ex, tuple) else task.encode(ex, tok, aligned)
             seq = prompt + target
@@ -94,6 +99,11 @@ class Batches:
             k = len(target)
             self.where[i, :k] = np.arange(len(prompt) - 1, len(seq) - 1)
             self.mask[i, :k] = 1.0
+            if lm_len:
+                lo = max(0, len(prompt) - 1 - lm_len)
+                m = len(prompt) - 1 - lo
+                self.lm_where[i, :m] = np.arange(lo, len(prompt) - 1)
+                self.lm_mask[i, :m] = 1.0
 
         self.lengths = (self.tokens != 0).sum(axis=1)
 
@@ -120,8 +130,11 @@ class Batches:
     def take(self, idx: np.ndarray, geo, width: int | None = None):
         toks = self.tokens[idx][:, :width or self.seq_len]
         rows, valid = model_of(geo).engram_rows(geo, toks)
-        return (jnp.asarray(toks), jnp.asarray(rows), jnp.asarray(valid),
-                jnp.asarray(self.where[idx]), jnp.asarray(self.mask[idx]))
+        out = (jnp.asarray(toks), jnp.asarray(rows), jnp.asarray(valid),
+               jnp.asarray(self.where[idx]), jnp.asarray(self.mask[idx]))
+        if self.lm_len:
+            out += (jnp.asarray(self.lm_where[idx]), jnp.asarray(self.lm_mask[idx]))
+        return out
 
 
 # ---- objective ----------------------------------------------------------------------
@@ -143,14 +156,25 @@ def targets_of(toks, where):
     return jnp.take_along_axis(toks, where + 1, axis=1)
 
 
-def loss_fn(p, geo, toks, rows, valid, where, mask):
-    lg = answer_logits(geo, p, toks, rows, valid, where)
+def _nll(geo, p, z, toks, where, mask):
+    """Mean next-token loss at positions ``where`` (weights ``mask``) of hidden states ``z``."""
+    lg = model_of(geo).logits_of(p, jnp.take_along_axis(z, where[..., None], axis=1), geo.V_out)
     lp = jax.nn.log_softmax(lg, axis=-1)
     nll = -jnp.take_along_axis(lp, targets_of(toks, where)[..., None], axis=-1)[..., 0]
-    return jnp.sum(nll * mask) / jnp.sum(mask)
+    return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def seq_correct(p, geo, toks, rows, valid, where, mask):
+def loss_fn(p, geo, toks, rows, valid, where, mask, lm_where=None, lm_mask=None, lm_weight=0.0):
+    """The answer's loss (spec section 4.3), plus ``lm_weight`` times the prompt's next-token
+    loss at ``lm_where`` when a recipe asks for it (``prompt_loss``)."""
+    z = model_of(geo).hidden(geo, p, toks, rows, valid)
+    loss = _nll(geo, p, z, toks, where, mask)
+    if lm_where is not None and lm_weight:
+        loss = loss + lm_weight * _nll(geo, p, z, toks, lm_where, lm_mask)
+    return loss
+
+
+def seq_correct(p, geo, toks, rows, valid, where, mask, *_lm):
     """Per example: does every answer position's arg-max equal the next target token?"""
     lg = answer_logits(geo, p, toks, rows, valid, where)
     ok = (jnp.argmax(lg, axis=-1) == targets_of(toks, where)) | (mask == 0)
@@ -159,7 +183,7 @@ def seq_correct(p, geo, toks, rows, valid, where, mask):
 
 # ---- the run ---------------------------------------------------------------------------
 
-def run(recipe: dict, out: Path, log=print) -> dict:
+def run(recipe: dict, out: Path, log=print, raw_out: Path | None = None) -> dict:
     t_start = time.time()
     gen = recipe.get("generation", 2)
     hdr = header(recipe["geometry"], gen)
@@ -171,18 +195,27 @@ def run(recipe: dict, out: Path, log=print) -> dict:
     held_ex = task.make_examples("heldout", tr["heldout_examples"], recipe["data_seed"] + 1)
     seq_len, ans_len = tr["seq_len"], tr["ans_len"]
     aligned = bool(tr.get("aligned_targets", False))   # copied values in the query's pieces
-    train_b = Batches(train_ex, tok, seq_len, ans_len, aligned)
+    prompt_loss = tr.get("prompt_loss")   # auxiliary next-token loss on the prompt's end
+    lm_len = int(prompt_loss["tokens"]) if prompt_loss else 0
+    lm_weight = float(prompt_loss["weight"]) if prompt_loss else 0.0
+    if prompt_loss and not (lm_len > 0 and lm_weight > 0):
+        raise SystemExit(f"train: prompt_loss needs tokens > 0 and weight > 0, not {prompt_loss}")
+    ema = float(tr.get("ema", 0.0))        # exported weights: an exponential moving average
+    if not 0.0 <= ema < 1.0:
+        raise SystemExit(f"train: ema must be in [0, 1), not {ema}")
+    train_b = Batches(train_ex, tok, seq_len, ans_len, aligned, lm_len)
     held_b = Batches(held_ex, tok, seq_len, ans_len, aligned)
     drills = tr.get("drills")       # short copy-heavy examples mixed in (task.make_drills)
     if drills and not 0.0 < drills.get("share", 0.0) < 1.0:
         raise SystemExit(f"train: drills share must be between 0 and 1, not {drills.get('share')}")
     drill_b = (Batches(task.make_drills(drills["examples"], recipe["data_seed"] + 2), tok,
-                       seq_len, ans_len, aligned) if drills else None)
+                       seq_len, ans_len, aligned, lm_len) if drills else None)
     echo = tr.get("echo")           # echo drills in the first steps (task.make_echoes)
     if echo and not (0.0 < echo.get("share", 0.0) < 1.0 and echo.get("steps", 0) > 0):
         raise SystemExit(f"train: echo needs a share between 0 and 1 and steps > 0, not {echo}")
     echo_b = (Batches(task.make_echoes(echo["examples"], recipe["data_seed"] + 3, tok,
-                                       echo.get("tail_share", 0.0)), tok, seq_len, ans_len)
+                                       echo.get("tail_share", 0.0)), tok, seq_len, ans_len,
+                      lm_len=lm_len)
               if echo else None)
     log(f"train: {len(train_b)} training and {len(held_b)} held-out examples encoded "
         f"in {time.time() - t_start:.1f} s")
@@ -205,17 +238,21 @@ def run(recipe: dict, out: Path, log=print) -> dict:
         opt = optax.multi_transform({"train": opt, "frozen": optax.set_to_zero()},
                                     {k: ("frozen" if k in frozen else "train") for k in params})
     state = opt.init(params)
+    averaged = dict(params) if ema else None
 
     def make_step(quantise: bool):
         def objective(p, *batch):
             q = QJ.fake_quant(p, cq_roles, tr["bits"]) if quantise else p
-            return loss_fn(q, geo, *batch)
+            return loss_fn(q, geo, *batch, lm_weight=lm_weight)
 
         @jax.jit
-        def step(p, s, *batch):
+        def step(p, s, e, *batch):
             loss, g = jax.value_and_grad(objective)(p, *batch)
             upd, s = opt.update(g, s, p)
-            return optax.apply_updates(p, upd), s, loss
+            p = optax.apply_updates(p, upd)
+            if e is not None:
+                e = jax.tree_util.tree_map(lambda a, b: a + (1.0 - ema) * (b - a), e, p)
+            return p, s, e, loss
 
         @jax.jit
         def correct(p, *batch):
@@ -246,18 +283,24 @@ def run(recipe: dict, out: Path, log=print) -> dict:
                 drill_steps += 1
             edge, pool = sets[rng.choice(len(sets), p=w)]
             idx = pool[rng.integers(0, len(pool), B)]
-            params, state, loss = step(params, state, *source.take(idx, geo, edge))
+            params, state, averaged, loss = step(params, state, averaged,
+                                                 *source.take(idx, geo, edge))
             run_loss.append(float(loss))
             done += 1
             if done % tr["log_every"] == 0 or i == n_steps - 1:
-                acc = held_accuracy(correct, params, held_b, geo, B)
+                acc = held_accuracy(correct, averaged if ema else params, held_b, geo, B)
                 row = dict(step=done, phase=name, loss=float(np.mean(run_loss)), heldout_seq_acc=acc,
                            seconds=round(time.time() - t_start, 1))
+                if ema:   # the un-averaged weights' figure beside the exported ones'
+                    row["heldout_seq_acc_raw"] = held_accuracy(correct, params, held_b, geo, B)
                 history.append(row)
                 log(f"train: step {done:5d} {name:5s} loss {row['loss']:.4f}  held-out exact "
                     f"(teacher-forced greedy) {acc * 100:5.1f} %  {row['seconds']:7.1f} s")
                 run_loss = []
-    params = {k: np.asarray(v) for k, v in params.items()}
+    if ema and raw_out is not None:   # the un-averaged weights too, to compare
+        raw_out.write_bytes(X.export(hdr, {k: np.asarray(v) for k, v in params.items()},
+                                     tr["bits"], gen=gen))
+    params = {k: np.asarray(v) for k, v in (averaged if ema else params).items()}
     blob = X.export(hdr, params, tr["bits"], gen=gen)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -296,13 +339,15 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--out", required=True, type=Path)
     ap.add_argument("--report", type=Path, help="write the run's report (JSON) here: the manifest "
                     "committed beside a bundled archive (recipe, size, SHA-256, training curve)")
+    ap.add_argument("--raw-out", type=Path, help="recipes with \"ema\": also write the "
+                    "un-averaged weights' archive here")
     args = ap.parse_args(argv)
     try:
         recipe = json.loads(args.recipe.read_text())
     except (OSError, ValueError) as exc:
         print(f"train: cannot read recipe {args.recipe}: {exc}", file=sys.stderr)
         return 2
-    report = run(recipe, args.out, log=lambda s: print(s, flush=True))
+    report = run(recipe, args.out, log=lambda s: print(s, flush=True), raw_out=args.raw_out)
     if args.report:
         args.report.write_text(json.dumps(manifest(report, recipe, args.recipe), indent=1) + "\n")
     return 0
