@@ -144,12 +144,15 @@ def model_of(geo):
     return M3 if isinstance(geo, M3.Geometry3) else M
 
 
+def logits_at(geo, p, z, where):
+    """Logits [B, A, V_out] of hidden states ``z`` at positions ``where`` only (the head is a
+    fifth of the work)."""
+    return model_of(geo).logits_of(p, jnp.take_along_axis(z, where[..., None], axis=1), geo.V_out)
+
+
 def answer_logits(geo, p, toks, rows, valid, where):
-    """Logits [B, A, V_out] at the answer positions only (the head is a fifth of the work)."""
-    mod = model_of(geo)
-    z = mod.hidden(geo, p, toks, rows, valid)
-    zq = jnp.take_along_axis(z, where[..., None], axis=1)
-    return mod.logits_of(p, zq, geo.V_out)
+    """Logits [B, A, V_out] at the answer positions."""
+    return logits_at(geo, p, model_of(geo).hidden(geo, p, toks, rows, valid), where)
 
 
 def targets_of(toks, where):
@@ -158,8 +161,7 @@ def targets_of(toks, where):
 
 def _nll(geo, p, z, toks, where, mask):
     """Mean next-token loss at positions ``where`` (weights ``mask``) of hidden states ``z``."""
-    lg = model_of(geo).logits_of(p, jnp.take_along_axis(z, where[..., None], axis=1), geo.V_out)
-    lp = jax.nn.log_softmax(lg, axis=-1)
+    lp = jax.nn.log_softmax(logits_at(geo, p, z, where), axis=-1)
     nll = -jnp.take_along_axis(lp, targets_of(toks, where)[..., None], axis=-1)[..., 0]
     return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
@@ -297,11 +299,12 @@ def run(recipe: dict, out: Path, log=print, raw_out: Path | None = None) -> dict
                 log(f"train: step {done:5d} {name:5s} loss {row['loss']:.4f}  held-out exact "
                     f"(teacher-forced greedy) {acc * 100:5.1f} %  {row['seconds']:7.1f} s")
                 run_loss = []
+    def archive_of(ps):
+        return X.export(hdr, {k: np.asarray(v) for k, v in ps.items()}, tr["bits"], gen=gen)
+
     if ema and raw_out is not None:   # the un-averaged weights too, to compare
-        raw_out.write_bytes(X.export(hdr, {k: np.asarray(v) for k, v in params.items()},
-                                     tr["bits"], gen=gen))
-    params = {k: np.asarray(v) for k, v in (averaged if ema else params).items()}
-    blob = X.export(hdr, params, tr["bits"], gen=gen)
+        raw_out.write_bytes(archive_of(params))
+    blob = archive_of(averaged if ema else params)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_bytes(blob)
