@@ -8,6 +8,7 @@ Needs the trainer's packages (pip install -r train/requirements.txt; .ci/run ins
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -108,3 +109,14 @@ def test_prompt_loss_and_weight_average_are_recipe_options(tmp_path):
         with pytest.raises(SystemExit, match=message):
             T.run(bad, tmp_path / "bad.cact", log=lambda _: None)
     assert not (tmp_path / "bad.cact").exists()
+
+
+def test_raw_out_without_a_weight_average_is_refused(tmp_path, capsys):
+    """--raw-out only means something with "ema": without it the run is refused in one line
+    before any training, and nothing is written."""
+    recipe = tmp_path / "toy.json"
+    recipe.write_text(json.dumps(TOY))
+    rc = T.main(["--recipe", str(recipe), "-o", str(tmp_path / "x.cact"), "--raw-out", str(tmp_path / "r.cact")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--raw-out" in err and "ema" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.cact").exists() and not (tmp_path / "r.cact").exists()

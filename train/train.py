@@ -350,6 +350,11 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"train: cannot read recipe {args.recipe}: {exc}", file=sys.stderr)
         return 2
+    if args.raw_out and not recipe.get("train", {}).get("ema"):
+        print(f"train: --raw-out writes the un-averaged weights of a recipe with \"ema\"; "
+              f"{args.recipe} has none: add \"ema\" to its \"train\" or drop --raw-out",
+              file=sys.stderr)
+        return 2
     report = run(recipe, args.out, log=lambda s: print(s, flush=True), raw_out=args.raw_out)
     if args.report:
         args.report.write_text(json.dumps(manifest(report, recipe, args.recipe), indent=1) + "\n")
