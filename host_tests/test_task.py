@@ -46,9 +46,16 @@ def drill_examples():
 
 
 @pytest.fixture(scope="module")
-def train_queries(train_examples, drill_examples):
-    """Every query a model is trained on: the examples and the copy drills."""
-    return [ex["query"].lower() for ex in train_examples + drill_examples]
+def comma_examples():
+    """Training examples with comma frames on half of the one-request and empty queries."""
+    return make_examples("train", 3000, 2, comma=0.5)
+
+
+@pytest.fixture(scope="module")
+def train_queries(train_examples, drill_examples, comma_examples):
+    """Every query a model is trained on: the examples (with and without comma frames) and
+    the copy drills."""
+    return [ex["query"].lower() for ex in train_examples + drill_examples + comma_examples]
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +93,26 @@ def test_same_seed_same_examples_other_seed_other_examples():
     assert a != make_examples("train", 200, 6)
     h = make_examples("heldout", 100, 5)
     assert h == make_examples("heldout", 100, 5) and h != make_examples("heldout", 100, 6)
+
+
+def test_comma_frames_are_a_train_option_on_one_request_and_empty_queries(comma_examples):
+    """comma=0 draws the examples of before the option (the bundled recipes' data); a frame
+    goes on one-request and empty-answer queries only, keeps the calls, and is refused for
+    the evaluation splits and outside [0, 1)."""
+    assert make_examples("train", 500, 2, comma=0.0) == make_examples("train", 500, 2)
+    framed = [ex for ex in comma_examples if any(
+        ex["query"].lower().startswith(lead.lower()) for lead in task.COMMA_LEADS) or any(
+        ex["query"].rstrip("?!.").endswith(close) for close in task.COMMA_CLOSES)]
+    assert framed and all(len(ex["calls"]) <= 1 for ex in framed)
+    single = [ex for ex in comma_examples if len(ex["calls"]) == 1]
+    framed_ids = {id(ex) for ex in framed}
+    assert 0.4 < sum(id(ex) in framed_ids for ex in single) / len(single) < 0.6   # comma=0.5
+    for ex in framed:
+        assert ex["calls"] == [] or ex["calls"][0]["name"] in {t["name"] for t in ex["tools"]}
+    for bad in (dict(split="heldout", comma=0.2), dict(split="train", comma=1.0),
+                dict(split="train", comma=-0.1)):
+        with pytest.raises(ValueError, match="comma"):
+            make_examples(bad["split"], 10, 1, comma=bad["comma"])
 
 
 def test_bad_arguments_are_refused():

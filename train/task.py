@@ -254,6 +254,15 @@ _HELDOUT_STRINGS = tuple(v.lower() for pool in POOLS.values() for v in pool["hel
 #: How two requests are joined in a two-call query.
 CONNECTORS = (" and ", ", then ", " and then ", ", also ", " and also ")
 
+#: Comma frames (a recipe's ``comma``: the share of one-request and empty-answer training
+#: queries that get one).  Without them a comma is a cue for two calls: 41 % of the two-call
+#: training queries hold one (their connectors) against 1.6 % of the one-call queries (two
+#: templates), and the bundled model answered the held-out "I lost my phone, make it ring"
+#: and "the wifi is down, restart the router" with the same call twice.  A frame is a lead
+#: or a close around the request, made of training words only.
+COMMA_LEADS = ("ok, ", "hey, ", "so, ", "quick one, ", "right, ", "I'm busy, ", "it's late, ")
+COMMA_CLOSES = (", please", ", thanks", ", for me", ", right now", ", if you can", ", ok")
+
 
 # --------------------------------------------------------------------------- slots
 
@@ -690,8 +699,18 @@ _KINDS = tuple(KIND_WEIGHTS)
 _KIND_CUM = tuple(itertools.accumulate(KIND_WEIGHTS.values()))
 
 
-def _make_example(rng, split: str) -> dict:
-    """One example of a kind drawn with :data:`KIND_WEIGHTS`."""
+def _comma_frame(rng, query: str, lead: bool) -> tuple[str, bool]:
+    """``query`` with a comma lead or close (:data:`COMMA_LEADS`, :data:`COMMA_CLOSES`);
+    a close goes before the query's end mark."""
+    if rng.random() < 0.5:
+        return rng.choice(COMMA_LEADS) + query, True
+    body = query.rstrip("?!.")
+    return body + rng.choice(COMMA_CLOSES) + query[len(body):], lead
+
+
+def _make_example(rng, split: str, comma: float = 0.0) -> dict:
+    """One example of a kind drawn with :data:`KIND_WEIGHTS`; ``comma``: the share of
+    one-request and empty-answer queries given a comma frame (train only)."""
     kind = rng.choices(_KINDS, cum_weights=_KIND_CUM)[0]
     if kind == "single":
         name = rng.choice(TOOL_NAMES)
@@ -712,11 +731,16 @@ def _make_example(rng, split: str) -> dict:
     else:
         query, lead = rng.choice(CHITCHAT[VALUES_OF[split]]), True
         tools, calls = _block(rng, []), []
+    if comma and kind != "multi" and rng.random() < comma:
+        query, lead = _comma_frame(rng, query, lead)
     return {"tools": tools, "query": _capitalise(rng, query, lead), "calls": calls}
 
 
-def make_examples(split: str, n: int, seed: int) -> list[dict]:
+def make_examples(split: str, n: int, seed: int, comma: float = 0.0) -> list[dict]:
     """``n`` examples of ``split`` (one of :data:`SPLITS`), the same for the same arguments.
+    ``comma`` (train only, a recipe's ``comma``): the share of one-request and empty-answer
+    queries given a comma frame (:func:`_comma_frame`); 0 draws exactly the examples of
+    before the option.
 
     Each is {"tools": [schema, ...], "query": str, "calls": [{"name", "arguments"}, ...]}.
     Held-out and novel examples are distinct (tools block and query); train examples may repeat, as
@@ -726,6 +750,8 @@ def make_examples(split: str, n: int, seed: int) -> list[dict]:
         raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
+    if not 0.0 <= comma < 1.0 or (comma and split != "train"):
+        raise ValueError(f"comma must be in [0, 1) and only for the train split, not {comma}")
     rng = random.Random(seed)
     examples, seen = [], set()
     attempts = 0
@@ -733,7 +759,7 @@ def make_examples(split: str, n: int, seed: int) -> list[dict]:
         attempts += 1
         if attempts > 20 * n + 1000:
             raise ValueError(f"cannot draw {n} distinct {split} examples")
-        example = _make_example(rng, split)
+        example = _make_example(rng, split, comma)
         if split != "train":
             key = (tools_text(example), example["query"])
             if key in seen:
