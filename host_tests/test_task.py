@@ -64,9 +64,9 @@ def heldout_examples():
 
 
 @lru_cache(maxsize=None)
-def _recipe_train(n: int, seed: int) -> tuple:
+def _recipe_train(n: int, seed: int, comma: float = 0.0) -> tuple:
     """A demo recipe's training set (made once: two tests read it)."""
-    return tuple(make_examples("train", n, seed))
+    return tuple(make_examples("train", n, seed, comma=comma))
 
 
 @pytest.fixture(scope="module")
@@ -397,7 +397,8 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
     answer (new names, new numbers) also occurs in some answer of the demo recipe's training
     set (train/recipes/needle2-demo.json: its examples and data seed)."""
     recipe = json.loads((ROOT / "train" / "recipes" / "needle2-demo.json").read_text())
-    train = _recipe_train(recipe["train"]["examples"], recipe["data_seed"])
+    train = _recipe_train(recipe["train"]["examples"], recipe["data_seed"],
+                          recipe["train"].get("comma", 0.0))
     seen = {i for ex in train for i in tok.encode(target_text(ex))}
     for ex in heldout_examples + novel_examples:
         missing = {tok.id_to_piece(i) for i in tok.encode(target_text(ex))} - {
@@ -409,12 +410,13 @@ def test_heldout_target_tokens_all_occur_in_train_targets(heldout_examples, nove
 
 @lru_cache(maxsize=None)
 def _longest_encoded(n: int, seed: int, drills: int = 0, aligned: bool = False,
-                     echoes: int = 0, tail_share: float = 0.0) -> tuple[int, int]:
+                     echoes: int = 0, tail_share: float = 0.0,
+                     comma: float = 0.0) -> tuple[int, int]:
     """(longest prompt + answer, longest answer) in tokens over a recipe's training set, its
     drills and its echo drills (the trainer draws them with data seed + 2 and + 3; recipes
     that share them compute them once)."""
     tok = load_tokenizer()
-    examples = _recipe_train(n, seed) + tuple(task.make_drills(drills, seed + 2))
+    examples = _recipe_train(n, seed, comma) + tuple(task.make_drills(drills, seed + 2))
     lengths = [tuple(map(len, encode(ex, tok, aligned))) for ex in examples]
     lengths += [tuple(map(len, pair)) for pair in task.make_echoes(echoes, seed + 3, tok, tail_share)]
     return max(p + a for p, a in lengths), max(a for _, a in lengths)
@@ -434,7 +436,8 @@ def test_every_recipe_example_fits_the_recipes_lengths(name):
     echoes = t.get("echo", {}).get("examples", 0)
     longest_seq, longest_answer = _longest_encoded(t["examples"], recipe["data_seed"], drills,
                                                    bool(t.get("aligned_targets")), echoes,
-                                                   t.get("echo", {}).get("tail_share", 0.0))
+                                                   t.get("echo", {}).get("tail_share", 0.0),
+                                                   t.get("comma", 0.0))
     assert longest_seq <= t["seq_len"] and longest_answer <= t["ans_len"], (longest_seq, longest_answer)
     assert longest_seq <= recipe["geometry"]["max_seq_len"]
 
