@@ -193,10 +193,11 @@ def run(recipe: dict, out: Path, log=print, raw_out: Path | None = None) -> dict
     geo = M3.Geometry3.from_header(hdr) if gen == 3 else M.Geometry.from_header(hdr)
     tr = recipe["train"]
     tok = task.load_tokenizer()
-    if not 0.0 <= tr.get("comma", 0.0) < 1.0:
-        raise SystemExit(f"train: comma must be a share in [0, 1), not {tr['comma']}")
-    train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"],
-                                  comma=tr.get("comma", 0.0))   # comma frames (task._comma_frame)
+    try:   # comma frames (task._comma_frame); make_examples checks the share
+        train_ex = task.make_examples("train", tr["examples"], recipe["data_seed"],
+                                      comma=tr.get("comma", 0.0))
+    except ValueError as exc:
+        raise SystemExit(f"train: {exc}") from None
     held_ex = task.make_examples("heldout", tr["heldout_examples"], recipe["data_seed"] + 1)
     seq_len, ans_len = tr["seq_len"], tr["ans_len"]
     aligned = bool(tr.get("aligned_targets", False))   # copied values in the query's pieces
