@@ -4,7 +4,9 @@ compiler, the linker or a benchmark step."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -113,3 +115,114 @@ def test_board_file_with_another_architectures_family_is_refused(board_error):
     msg = board_error("watch-m4", lambda t: t.replace('kernels = "mdsp"', 'kernels = "neon64"'))
     assert msg.endswith("kernels = neon64 is aarch64 code and board watch-m4 is Arm Cortex-M: "
                         "choose one of mdsp, mve, scalar")
+
+
+# ---- 16b: every JSON name a valid, collision-free C and C++ identifier --------------------
+
+NASTY = ROOT / "host_tests" / "data" / "nasty_tools.json"
+# pieces of names: keywords of C and C++, reserved spellings, characters C cannot spell,
+# the companions' and the engine's own names, comment delimiters
+PIECES = ["auto", "int", "class", "new", "delete", "_Bool", "bool", "true", "NULL", "size_t", "int64_t",
+          "offsetof", "__x", "_X", "x", "X", "a-b", "a_b", "a b", "A B", "1st", "9", "é", "ü", "😀", "has_",
+          "_cut", "_count", "args", "tools", "call", "e", "json", "NEEDLE_CALL_E_TOOLS", "needle_tool",
+          "GRAMMAR_BIG", "*/", "/*", "_", "-", " ", "??/", "\\"]
+
+
+def render_header(tools: list, out: Path) -> Path:
+    """gen/needle_tools.h for `tools` as the build renders it (scons_tool._tools_action)."""
+    from generator.codegen import render
+    from generator.tools import bindings
+    from generator.tools.schema import compile_tools
+    g = compile_tools(json.dumps(tools))
+    names = {"version": "test", "source": "nasty.json", "count": len(g.tool_names), "names": g.tool_names,
+             "json": g.tools_json, "json_bytes": len(g.tools_json.encode("utf-8", "surrogatepass")),
+             "tools": bindings.plan(g), "embeddings": None}
+    names.update({k: v for k, v in vars(bindings).items() if k.startswith("NB_")})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "needle_tools.h").write_text(render.render("needle_tools.h.j2", names), encoding="utf-8")
+    return out / "needle_tools.h"
+
+
+def compile_header(gen: Path) -> None:
+    """The header, included by a C99 and a C++11 unit, compiles with -Wall -Werror."""
+    for compiler, std, ext in (("gcc", "-std=c99", "c"), ("g++", "-std=c++11", "cc")):
+        unit = gen / f"unit.{ext}"
+        unit.write_text('#include "needle_tools.h"\n')
+        proc = subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
+                               f"-I{ROOT / 'firmware' / 'cli'}", "-c", str(unit), "-o", os.devnull],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"{compiler} {std}:\n{proc.stderr[-3000:]}"
+
+
+def random_tools(rng: random.Random) -> list:
+    def name() -> str:
+        return "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 3)))
+    kinds = [{"type": "integer"}, {"type": "boolean"}, {"type": "number"}, {"type": "string", "maxLength": 3},
+             {"type": "string"}, {"type": "array", "items": {"type": "integer"}}, {"type": "object"}]
+    tools, seen = [], set()
+    for _ in range(rng.randint(1, 6)):
+        tname = name()
+        if tname in seen:
+            continue
+        seen.add(tname)
+        props = {}
+        for _ in range(rng.randint(0, 8)):
+            schema = dict(rng.choice(kinds))
+            if rng.random() < 0.3:
+                values = list(dict.fromkeys(name() for _ in range(rng.randint(1, 4))))
+                schema = {"type": "string", "enum": values}
+                if rng.random() < 0.5:
+                    schema = {"type": "array", "items": schema}
+            props[name()] = schema
+        required = [k for k in props if rng.random() < 0.5]
+        tools.append({"name": tname, "parameters": {"type": "object", "properties": props,
+                                                    **({"required": required} if required else {})}})
+    return tools
+
+
+def test_nasty_names_make_a_header_gcc_and_gxx_compile(tmp_path):
+    """`auto` (a watch's auto-brightness flag) made `bool auto;`; keywords of C and C++,
+    reserved spellings, names equal but for characters C cannot spell, leading digits,
+    non-ASCII, the companions' names and the engine's own identifiers all collided."""
+    from generator.tools import bindings
+    from generator.tools.schema import compile_tools
+    tools = json.loads(NASTY.read_text(encoding="utf-8"))
+    compile_header(render_header(tools, tmp_path / "gen").parent)
+    plan = {t.name_json: t for t in bindings.plan(compile_tools(json.dumps(tools)))}
+    auto = plan['"auto"']
+    assert (auto.name, auto.enum, auto.struct) == ("auto_", "NEEDLE_TOOL_AUTO", "needle_auto_args")
+    members = {json.loads(f.key_json): f for f in auto.fields}
+    assert members["auto"].name == "auto_" and members["class"].name == "class_"
+    assert (members["class"].has, members["class"].cut) == ("has_class", "class_cut")     # no "class__cut"
+    assert {members[k].name for k in ("a-b", "a_b", "a b")} == {"a_b", "a_b_2", "a_b_3"}
+    assert members["1st"].name == "n1st" and members["__x"].name == "x"
+    assert plan['"call"'].fields[0].enum_names[0] != "NEEDLE_CALL_E_TOOLS"    # needle_tool_call.h's
+    every = [t.enum for t in plan.values()] + [t.struct for t in plan.values()] + \
+        [n for t in plan.values() for f in t.fields for n in f.enum_names + [f.enum_type] if n]
+    assert len({n.lower() for n in every}) == len(every)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_nasty_tool_lists_compile_as_c_and_cxx(tmp_path, seed):
+    compile_header(render_header(random_tools(random.Random(seed)), tmp_path / "gen").parent)
+
+
+def test_scons_builds_a_tool_property_named_auto(tmp_path):
+    """The whole firmware (needle_tools.c too: its tables are named by position) builds with
+    the nasty list and passes the post-link check."""
+    build = tmp_path / "b"
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"tools={NASTY}", "snapshot=0",
+          f"build={build}")
+    assert "bool auto_;" in (build / "gen" / "needle_tools.h").read_text(encoding="utf-8")
+    assert (build / "needle").is_file() and (build / "memory.txt").is_file()
+
+
+# ---- 19: an empty tool list ----------------------------------------------------------
+
+def test_an_empty_tool_list_is_refused_in_one_line(tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]\n")
+    line = one_line_error(scons("board=host", f"tools={empty}", f"build={tmp_path / 'b'}", check=False))
+    assert line == (f"scons: error: tools={empty} is an empty tool list: a built-in list needs at least one "
+                    "tool (drop tools= to pass --tools FILE at run time)")
+    assert not (tmp_path / "b").exists()
