@@ -226,3 +226,100 @@ def test_an_empty_tool_list_is_refused_in_one_line(tmp_path):
     assert line == (f"scons: error: tools={empty} is an empty tool list: a built-in list needs at least one "
                     "tool (drop tools= to pass --tools FILE at run time)")
     assert not (tmp_path / "b").exists()
+
+
+# ---- 15 and 18: the library's text level (needle_session.h, docs/api.md) ------------------
+
+API_PROBE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "needle_session.h"
+#include "needle_model.h"
+
+static int count(void *user, uint32_t id, const char *text, size_t len)
+{
+    (void)id; (void)text; (void)len;
+    ++*(int *)user;
+    return 0;
+}
+
+static char *filled(size_t n) { char *s = malloc(n + 1); memset(s, 'a', n); s[n] = 0; return s; }
+
+int main(int argc, char **argv)
+{
+    char err[512] = "";
+    static needle_envelope env;
+    needle_call_options opt;
+    memset(&opt, 0, sizeof opt);
+    if (needle_boot()) { fprintf(stderr, "%s\n", needle_error()); return 3; }
+    if (!strcmp(argv[1], "generate0")) {
+        int streamed = 0;
+        int rc = needle_generate("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", 0, count, &streamed,
+                                 err, sizeof err);
+        printf("%d %d\n", rc, streamed);
+        return 0;
+    }
+    const char *query = argv[2][0] == '-' ? NULL : filled((size_t)atoi(argv[2]));
+    if (argc > 3) opt.system = filled((size_t)atoi(argv[3]));
+    int rc = needle_call(query, &opt, &env, err, sizeof err);
+    printf("%d %s\n", rc, err);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def api_probe(tmp_path_factory):
+    """A host engine with the demo's built-in tools as a library, and API_PROBE linked to it."""
+    from generator.build import sdk
+    root = tmp_path_factory.mktemp("api")
+    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={root}",
+          f"tools={ROOT / 'demo' / 'tools.json'}", "lib=1", "snapshot=0")
+    pc = root / sdk.SDK_DIR / "lib" / "pkgconfig"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "needle"], env={"PKG_CONFIG_LIBDIR": str(pc)},
+                           capture_output=True, text=True, check=True).stdout.split()
+    src, exe = root / "probe.c", root / "probe"
+    src.write_text(API_PROBE)
+    subprocess.run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src)] + flags,
+                   check=True)
+    return root, exe
+
+
+def probe(exe: Path, *args) -> str:
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_generate_with_max_new_zero_streams_nothing(api_probe):
+    """needle_generate(max_new = 0) streamed one token before."""
+    assert probe(api_probe[1], "generate0") == "0 0"
+
+
+def test_a_long_query_or_system_text_is_an_engine_error_naming_it(api_probe):
+    """A query over 16 KB was blamed on the tool list ("output buffer of 16385 bytes is too
+    small") with NEEDLE_CALL_E_TOOLS; docs/api.md says E_ENGINE (-1)."""
+    _, exe = api_probe
+    rc, msg = probe(exe, "call", 17000).split(" ", 1)
+    assert rc == "-1" and msg.startswith("the query (17000 bytes) is too long: with this tool list the prompt "
+                                         "holds ") and msg.endswith(" bytes of it (NEEDLE_TOK_MAX_TEXT 16384 bytes in all)")
+    room = int(msg.split("holds ")[1].split(" ")[0])
+    assert 0 < room < 16384 and "buffer" not in msg and "tools" not in msg
+    rc, msg = probe(exe, "call", 10, 17000).split(" ", 1)
+    assert rc == "-1" and msg.startswith("the query (10 bytes) and the system text (17000 bytes) are too long: ")
+    assert f"holds {room - 30} bytes of them" in msg      # the system turn's markers take 30
+    rc, msg = probe(exe, "call", "-").split(" ", 1)       # a NULL query: -1 too
+    assert (rc, msg) == ("-1", "query is NULL")
+    assert probe(exe, "call", 12).split(" ")[0] == "0"    # a query that fits still answers
+
+
+def test_the_cli_blames_a_long_query_not_the_tools_file(api_probe, tmp_path):
+    root, _ = api_probe
+    needle = root / "needle"
+    for args in (["--query", "a" * 17000], ["--tools", ROOT / "demo" / "tools.json", "--query", "a" * 17000],
+                 ["--tools", ROOT / "demo" / "tools.json", "--query", "a" * 17000, "--raw"]):
+        proc = subprocess.run([str(needle), *map(str, args)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("needle: error: the query (17000 bytes) is too long: ") \
+            and proc.stderr.count("\n") == 1, proc.stderr
