@@ -323,3 +323,30 @@ def test_the_cli_blames_a_long_query_not_the_tools_file(api_probe, tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("needle: error: the query (17000 bytes) is too long: ") \
             and proc.stderr.count("\n") == 1, proc.stderr
+
+
+# ---- 16a: the benchmark on an archive whose window the demo tool prompt overflows ----------
+
+def test_bench_measures_what_fits_and_says_what_it_skipped(tmp_path):
+    """The tiny golden archive with max_seq_len 96: its tokenizer encodes the demo tool prompt
+    to 126 tokens, past the window (the official exporter's medium geometry, max_seq_len 256,
+    with its own tokenizer, overflowed alike), and `scons bench=1` exited 2 ("prompt too long")."""
+    from bench import host
+    from generator.archive import reader
+    from host_tests import archive_edit
+    short = tmp_path / "short.cact"
+    short.write_bytes(archive_edit.patch_header((GOLDEN / "tiny" / "archive.cact").read_bytes(), "max_seq_len", 96))
+    a = reader.read(str(short))
+    assert host.demo_prompt_tokens(a) > 95 and host.ttft_skip(reader.read(str(GOLDEN / "tiny" / "archive.cact"))) is None
+    proc = scons("board=host", "bench=1", f"archive={short}", f"build={tmp_path / 'b'}", "bench_tokens=64",
+                 check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["tokens"] == 48 and result["prefill_tok_s"] > 0 and result["decode_tok_s"] > 0
+    assert result["time_to_first_token_ms"] is None and result["prefill_tok_s_48"] > 0
+    assert [ln for ln in lines if ln.startswith("skipped: ")] == [f"skipped: {w}" for w in result["skipped"]]
+    assert result["skipped"] == [
+        "--tokens 64: measured on 48 tokens of prefill and 48 of decode, all that max_seq_len 96 holds",
+        f"time to first token: the demo tool prompt encodes to {host.demo_prompt_tokens(a)} tokens with this "
+        "archive's tokenizer, and max_seq_len 96 holds at most 95 with one new token"]
