@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import re
 import subprocess
 import sys
@@ -350,3 +351,17 @@ def test_bench_measures_what_fits_and_says_what_it_skipped(tmp_path):
         "--tokens 64: measured on 48 tokens of prefill and 48 of decode, all that max_seq_len 96 holds",
         f"time to first token: the demo tool prompt encodes to {host.demo_prompt_tokens(a)} tokens with this "
         "archive's tokenizer, and max_seq_len 96 holds at most 95 with one new token"]
+
+
+@pytest.mark.skipif(not shutil.which("arm-linux-gnueabi-gcc"), reason="needs rpi-zero's cross compiler")
+def test_neon32_on_a_core_without_neon_stops_with_the_familys_own_line(tmp_path):
+    """Within one architecture the family's own #error names what is missing (as x86 without
+    AVX2 does), not an always_inline mismatch deep in arm_neon.h."""
+    proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path, "--board", "rpi-zero", "--kernels", "neon32")
+    assert proc.returncode == 0, proc.stderr
+    from generator.build import flags
+    cc = subprocess.run(["arm-linux-gnueabi-gcc", *flags.compile_flags(boards.load("rpi-zero"), "neon32"), "-c",
+                         str(tmp_path / "needle_kernels.c"), "-o", str(tmp_path / "k.o")],
+                        capture_output=True, text=True)
+    assert cc.returncode != 0 and "kernel family neon32 needs NEON (Advanced SIMD)" in cc.stderr
+    assert "always_inline" not in cc.stderr
