@@ -72,6 +72,7 @@ def test_tools_directory_and_non_regular_file_say_what_they_are(tmp_path):
     (lambda t: t.replace("length = 0x00400000, use = \"data\"", "length = 0, use = \"data\""),
      "region RAM (origin 0x20000000, length 0x0) must have a positive length"),
     (lambda t: t.replace('name = "RAM"', 'name = "FLASH"'), "two regions are named FLASH"),
+    (lambda t: t.replace("origin = 0x20000000", "origin = true"), "needs name, origin, length and use"),
 ])
 def test_board_file_values_are_refused_at_load_in_words(board_error, edit, message):
     assert message in board_error("watch-m4", edit)

@@ -331,8 +331,8 @@ def load(name: str) -> dict:
             if extra:
                 bad(f"unknown key memory.regions.{extra[0]} (region keys: {', '.join(REGION_KEYS)})")
             uses = REGION_USES + OPTIONAL_REGION_USES
-            if not (isinstance(r.get("name"), str) and isinstance(r.get("origin"), int)
-                    and isinstance(r.get("length"), int) and r.get("use") in uses):
+            if not (_is(r.get("name"), str) and _is(r.get("origin"), int)
+                    and _is(r.get("length"), int) and r.get("use") in uses):
                 bad(f"region {r!r} needs name, origin, length and use ({', '.join(uses)})")
             if r["origin"] < 0 or r["length"] <= 0 or r["origin"] + r["length"] > ADDRESS_SPACE:
                 bad(f"region {r['name']} (origin 0x{r['origin']:X}, length 0x{r['length']:X}) must have a "

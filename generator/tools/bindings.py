@@ -119,17 +119,6 @@ class Namer:
         return s
 
 
-def c_ident(text: str, used: set) -> str:
-    """A C identifier from a JSON name (_stem), unique in `used` (lower case) and never a
-    keyword or standard name, with a numeric suffix."""
-    stem, s, k = _stem(text), _stem(text), 2
-    while s.lower() in used or s in KEYWORDS:
-        s = f"{stem}_{k}"
-        k += 1
-    used.add(s.lower())
-    return s
-
-
 @dataclass
 class Field:
     key_json: str            # the key as the call writes it, quotes included
