@@ -127,7 +127,7 @@ NASTY = ROOT / "host_tests" / "data" / "nasty_tools.json"
 PIECES = ["auto", "int", "class", "new", "delete", "_Bool", "bool", "true", "NULL", "size_t", "int64_t",
           "offsetof", "__x", "_X", "x", "X", "a-b", "a_b", "a b", "A B", "1st", "9", "é", "ü", "😀", "has_",
           "_cut", "_count", "args", "tools", "call", "e", "json", "NEEDLE_CALL_E_TOOLS", "needle_tool",
-          "GRAMMAR_BIG", "*/", "/*", "_", "-", " ", "??/", "\\"]
+          "GRAMMAR_BIG", "NEEDLE_TOOLS_COUNT", "needle_call", "*/", "/*", "_", "-", " ", "??/", "\\"]
 
 
 def render_header(tools: list, out: Path) -> Path:

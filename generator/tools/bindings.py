@@ -101,16 +101,20 @@ class Namer:
     case), and a clash is resolved with a numeric suffix on the stem."""
 
     def __init__(self) -> None:
-        self.taken = {w.lower() for w in KEYWORDS} | set(_project_names())
+        self.fixed = _project_names()                   # the headers' own: macros, types, functions
+        self.taken = {w.lower() for w in KEYWORDS} | set(self.fixed)
 
     def free(self, names: list) -> bool:
         return not any(n.lower() in self.taken for n in names)
 
-    def claim(self, stem: str, derive, local: set | None = None) -> str:
+    def claim(self, stem: str, derive, local: set | None = None, bare: bool = False) -> str:
         """The first of stem, stem_2, stem_3 ... whose derived names (derive(s): a list) are all
-        free (and, with `local`, not in that case-insensitive set of one scope); claims them."""
+        free (and, with `local`, not in that case-insensitive set of one scope; with `bare`,
+        the stem as a member name is not one of the headers' names, a macro above all);
+        claims them."""
         s, k = stem, 2
-        while not self.free(derive(s)) or (local is not None and s.lower() in local):
+        while (not self.free(derive(s)) or (local is not None and s.lower() in local)
+               or (bare and _member(s).lower() in self.fixed)):
             s = f"{stem}_{k}"
             k += 1
         self.taken |= {n.lower() for n in derive(s)}
@@ -199,7 +203,7 @@ def plan(g) -> list:
     for name_raw, args_idx in zip(call.alts, call.props):
         name_json = name_raw.decode("utf-8", "surrogatepass")
         tstem = namer.claim(_stem(json.loads(name_json)),
-                            lambda s: [f"NEEDLE_TOOL_{s.upper()}", f"needle_{s}_args"], tool_stems)
+                            lambda s: [f"NEEDLE_TOOL_{s.upper()}", f"needle_{s}_args"], tool_stems, bare=True)
         cname = _member(tstem)
         args = g.nodes[args_idx]
         fields, members = [], set()
