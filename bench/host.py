@@ -94,6 +94,25 @@ def time_to_first_token(cmd: str) -> dict:
     return {"ms": answer["prefill_ms"] + answer["decode_ms"], "prompt_tokens": answer["prompt_tokens"]}
 
 
+def demo_prompt_tokens(a) -> int:
+    """The demo tool prompt's tokens (BOS included) with the archive's tokenizer, as the
+    engine feeds it (generator.tools.prompt.render_prompt_ids, the CLI's twin)."""
+    from generator.archive.tokenizer import Tokenizer
+    from generator.tools.prompt import render_prompt_ids
+    tok = Tokenizer.from_blob(a.tokenizer_blob())
+    return len(render_prompt_ids(tok, DEMO_TOOLS.read_text(encoding="utf-8"), DEMO_QUERY))
+
+
+def ttft_skip(a) -> str | None:
+    """Why time to first token cannot be measured on this archive (the demo tool prompt and
+    one new token do not fit its window), or None."""
+    n, window = demo_prompt_tokens(a), a.header["max_seq_len"]
+    if n < window:       # BOS and the prompt at positions 0 .. n-1, the new token's at n
+        return None
+    return (f"time to first token: the demo tool prompt encodes to {n} tokens with this archive's tokenizer, "
+            f"and max_seq_len {window} holds at most {window - 1} with one new token")
+
+
 def run_reference(archive, n: int) -> dict:
     from generator.model import Needle2
     m = Needle2(archive, "a8")
@@ -277,7 +296,10 @@ def best_of(runs: list[dict]) -> dict:
 
 
 def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n: int,
-               repeats: int = 2) -> dict:
+               repeats: int = 2, skipped: list | None = None) -> dict:
+    """Tokens/s natively; `skipped` collects what this archive cannot measure (printed, and
+    the result's "skipped")."""
+    skipped = [] if skipped is None else skipped
     fast_runs, scalar_runs, one_thread_runs = [], [], []
     threads = run_engine(engine_cmd, 1).get("threads", 1)
     for _ in range(repeats):           # alternate, so a burst of other load hits both alike
@@ -289,7 +311,12 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
     eng = best_of(fast_runs)
     one = best_of(one_thread_runs) if one_thread_runs else eng
     # time to the first token of the demo tool prompt, and prefill of a 128-token prompt
-    ttft = min((time_to_first_token(engine_cmd) for _ in range(repeats)), key=lambda r: r["ms"])
+    why = ttft_skip(a)
+    if why:
+        skipped.append(why)
+        ttft = {"ms": None, "prompt_tokens": None}
+    else:
+        ttft = min((time_to_first_token(engine_cmd) for _ in range(repeats)), key=lambda r: r["ms"])
     long_n = min(PROMPT_TOKENS, a.header["max_seq_len"] // 2)
     prefill_long = max(run_engine(engine_cmd, long_n)["prefill_tok_s"] for _ in range(repeats))
     if not scalar_cmd and eng.get("kernels", "scalar") != "scalar":
@@ -306,7 +333,8 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
         "prefill_speedup_vs_1thread": round(eng["prefill_tok_s"] / one["prefill_tok_s"], 2),
         "decode_tok_s": eng["decode_tok_s"], "prefill_tok_s": eng["prefill_tok_s"],
         f"prefill_tok_s_{long_n}": prefill_long,
-        "time_to_first_token_ms": round(ttft["ms"], 3), "time_to_first_token_prompt_tokens": ttft["prompt_tokens"],
+        "time_to_first_token_ms": None if ttft["ms"] is None else round(ttft["ms"], 3),
+        "time_to_first_token_prompt_tokens": ttft["prompt_tokens"],
         "decode_tok_s_scalar": sca["decode_tok_s"], "prefill_tok_s_scalar": sca["prefill_tok_s"],
         "decode_speedup_vs_scalar": round(eng["decode_tok_s"] / sca["decode_tok_s"], 2),
         "prefill_speedup_vs_scalar": round(eng["prefill_tok_s"] / sca["prefill_tok_s"], 2),
@@ -330,8 +358,11 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
     for k in ("prefill", "decode"):
         print(f"{k + ' tokens/s':24s} {result[k + '_tok_s']:12.2f} {result[k + '_tok_s_scalar']:12.2f} "
               f"{result[k + '_tok_s_reference']:12.2f} {result[k + '_speedup_vs_scalar']:9.2f}x")
-    print(f"demo tool prompt ({ttft['prompt_tokens']} tokens): first token after {ttft['ms']:.2f} ms; "
-          f"prefill of a {long_n}-token prompt {prefill_long:.2f} tok/s")
+    if ttft["ms"] is not None:
+        print(f"demo tool prompt ({ttft['prompt_tokens']} tokens): first token after {ttft['ms']:.2f} ms; "
+              f"prefill of a {long_n}-token prompt {prefill_long:.2f} tok/s")
+    else:
+        print(f"prefill of a {long_n}-token prompt {prefill_long:.2f} tok/s")
     if threads > 1:
         print(f"{threads} threads against 1: decode {result['decode_tok_s_1thread']:.2f} -> "
               f"{result['decode_tok_s']:.2f} tok/s ({result['decode_speedup_vs_1thread']:.2f}x), prefill "
@@ -402,7 +433,12 @@ def run_engine_family(emulator: list[str], engine: list[str]) -> str:
 def main(archive_path: str, engine_cmd: str, n: int, scalar_cmd: str | None = None,
          board_name: str | None = None) -> int:
     a = reader.read(archive_path)
-    n = min(n, a.header["max_seq_len"] // 2)
+    skipped = []       # what this archive's window cannot hold: measured smaller, or not at all
+    if n > a.header["max_seq_len"] // 2:
+        half = a.header["max_seq_len"] // 2
+        skipped.append(f"--tokens {n}: measured on {half} tokens of prefill and {half} of decode, all that "
+                       f"max_seq_len {a.header['max_seq_len']} holds")
+        n = a.header["max_seq_len"] // 2
     board = None
     if board_name:
         from generator.build import boards
@@ -410,7 +446,10 @@ def main(archive_path: str, engine_cmd: str, n: int, scalar_cmd: str | None = No
     if board and board["os"] == "linux" and board["emulator"]["command"]:
         result = count_bench(archive_path, a, board, engine_cmd, scalar_cmd, n)
     else:
-        result = time_bench(archive_path, a, engine_cmd, scalar_cmd, n)
+        result = time_bench(archive_path, a, engine_cmd, scalar_cmd, n, skipped=skipped)
+    for why in skipped:
+        print(f"skipped: {why}")
+    result["skipped"] = skipped
     print(json.dumps(result))
     return 0
 

@@ -107,7 +107,7 @@ def test_board_file_console_key(tmp_path, monkeypatch):
                           (text.replace("[uart]", '[uart]\nkind = "usart"'),
                            "uart.kind must be cmsdk or pl011 (the UART's IP; another one needs its own driver, "
                            "firmware/hal/uart/uart_<kind>.c), not 'usart'"),
-                          (text.replace("[uart]", "[uart]\nkind = 11"), "uart.kind must be a str"),
+                          (text.replace("[uart]", "[uart]\nkind = 11"), "uart.kind must be a string"),
                           (text.replace("[uart]", "[uart]\ncpu_clock_hz = 0"), "uart.cpu_clock_hz must be the processor clock")]:
         (d / "watch-m4-uart.toml").write_text(edit)
         with pytest.raises(Exception) as err:

@@ -497,6 +497,7 @@ static int cli(int argc, char **argv)
         /* The service checks its tools file once, with an empty query, before it starts. */
         int n = needle_tool_prompt(tools_json, tools_len, serving ? "" : query, serving ? NULL : system,
                                    plain_markers, prompt, sizeof prompt, plain, &n_plain, err, sizeof err);
+        if (n == NEEDLE_PROMPT_E_TEXT) return hal_fail(2, "%s", err);     /* the query or system text */
         if (n < 0) return hal_fail(2, "%s: %s", tools, err);
         static needle_grammar checked;
         if (serving && needle_call_grammar(&checked, tools_json, tools_len, 0, err, sizeof err))

@@ -36,6 +36,7 @@ int needle_generate_ids(const uint32_t *prompt_ids, uint32_t n, uint32_t max_new
     /* The last chosen token is never fed, so the positions run up to NEEDLE_MAX_SEQ - 1 and
      * the context has room for NEEDLE_MAX_SEQ - position tokens. */
     uint32_t room = NEEDLE_MAX_SEQ - needle_position(), limit = max_new < room ? max_new : room;
+    if (limit == 0) return 0;       /* max_new 0: the prompt is fed, no token chosen or streamed */
     for (;;) {
         uint32_t next = needle_argmax(lg, NEEDLE_OUT_VOCAB);
         res->last = next;
@@ -64,12 +65,47 @@ int needle_date_now(char *out, size_t cap)
     return -1;
 }
 
+static char *u32_text(char *at, uint32_t v);
+
+/* The prompt did not fit out[0..cap): when the tool list alone fits, the query and the system
+ * text are what is too long, and err names them and the bytes the list leaves them
+ * (NEEDLE_PROMPT_E_TEXT); otherwise the list itself is (NEEDLE_PROMPT_E_SPACE, err as is). */
+static int text_too_long(const char *tools_json, size_t tools_len, const char *query, const char *system,
+                         char *out, size_t cap, char *err, size_t errcap)
+{
+    needle_prompt_untrusted u;
+    int base = needle_render_prompt_ex(tools_json, tools_len, "", NULL, out, cap, NULL, 0, &u);
+    if (base < 0) return NEEDLE_PROMPT_E_SPACE;
+    if (cap) out[0] = 0;
+    /* a system turn adds its markers, "<|im_start|>system\n" and "<|im_end|>\n" */
+    static const char sys_turn[] = "<|im_start|>system\n<|im_end|>\n";
+    size_t q = strlen(query), sl = system ? strlen(system) : 0u;
+    size_t room = cap - 1u - (size_t)base, extra = sl ? sizeof sys_turn - 1u : 0u;
+    room = room > extra ? room - extra : 0u;
+    char qn[12], sn[12], rn[12], cn[12];
+    *u32_text(qn, (uint32_t)q) = 0;
+    *u32_text(sn, (uint32_t)sl) = 0;
+    *u32_text(rn, (uint32_t)room) = 0;
+    *u32_text(cn, (uint32_t)(cap - 1u)) = 0;
+    const char *parts[] = { "the query (", qn, " bytes) ",
+                            sl ? "and the system text (" : "", sl ? sn : "", sl ? " bytes) are" : "is",
+                            " too long: with this tool list the prompt holds ", rn, " bytes of ",
+                            sl ? "them" : "it", " (NEEDLE_TOK_MAX_TEXT ", cn, " bytes in all)" };
+    size_t at = 0;
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        for (const char *c = parts[k]; *c; c++, at++) if (at + 1 < errcap) err[at] = *c;
+    if (errcap) err[at < errcap ? at : errcap - 1] = 0;
+    return NEEDLE_PROMPT_E_TEXT;
+}
+
 int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
                        int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
                        char *err, size_t errcap)
 {
     needle_prompt_untrusted untrusted;
     int n = needle_render_prompt_ex(tools_json, tools_len, query, system, out, cap, err, errcap, &untrusted);
+    if (n == NEEDLE_PROMPT_E_SPACE && cap > 0u)
+        n = text_too_long(tools_json, tools_len, query, system, out, cap, err, errcap);
     /* plain markers: the caller's parts (system, tools JSON, query) have markers off */
     *n_plain = 0;
     for (; n >= 0 && plain_markers && *n_plain < untrusted.n; ++*n_plain) {
@@ -187,6 +223,8 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
 {
     static const needle_call_options defaults;
     if (!opt) opt = &defaults;
+    call_open = 0;
+    if (!query) return say(err, errcap, "query is NULL", NULL, NEEDLE_CALL_E_ENGINE);
     const char *tools = opt->tools_json, *system = opt->system;
     size_t tools_len = opt->tools_len;
     call_open = 0;
@@ -213,6 +251,7 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
     size_t n_plain;
     int n = needle_tool_prompt(tools, tools_len, query, system, opt->plain_markers, text, sizeof text, plain,
                                &n_plain, err, errcap);
+    if (n == NEEDLE_PROMPT_E_TEXT) return NEEDLE_CALL_E_ENGINE;   /* the query or system text, not the list */
     if (n < 0) return NEEDLE_CALL_E_TOOLS;
     if (needle_call_grammar(&grammar, tools, tools_len, opt->force_call, err, errcap)) return NEEDLE_CALL_E_TOOLS;
     int32_t k = encode(text, (size_t)n, plain, n_plain, ids, err, errcap);

@@ -24,8 +24,9 @@ typedef int (*needle_on_token)(void *user, uint32_t id, const char *text, size_t
 
 /* Reset the engine, feed BOS and prompt (chat markers in it are markers), then stream the
  * greedy continuation to on_token (may be NULL) until EOS, <|im_end|> (not streamed), max_new
- * tokens or the end of the context.  Returns the tokens streamed, on_token's non-zero value,
- * or -1 with the message in err (prompt not UTF-8 or too long, engine error). */
+ * tokens or the end of the context (max_new 0: the prompt is fed and nothing is streamed).
+ * Returns the tokens streamed, on_token's non-zero value, or -1 with the message in err
+ * (prompt not UTF-8 or too long, engine error). */
 int32_t needle_generate(const char *prompt, uint32_t max_new, needle_on_token on_token, void *user,
                         char *err, size_t errcap);
 
@@ -82,8 +83,8 @@ typedef struct {
 } needle_gen_result;
 
 /* Feed ids[0..n) (n >= 1) at the engine's next positions, then choose greedily (arg-max, the
- * lowest id on a tie): stop at EOS, at stop_id (if >= 0), after max_new tokens, or when the
- * next token would not fit in the context.  Every chosen token but the stop token goes to
+ * lowest id on a tie): stop at EOS, at stop_id (if >= 0), after max_new tokens (0: none is
+ * chosen, stop NEEDLE_STOP_MAX_NEW), or when the next token would not fit in the context.  Every chosen token but the stop token goes to
  * hooks->token; all but the last chosen one are fed.  The caller checks that
  * needle_position() + n < NEEDLE_MAX_SEQ (room for one new token).  At position 0 a firmware
  * with a prefix snapshot restores its tokens from flash (docs/snapshot.md).
@@ -102,7 +103,10 @@ int needle_date_now(char *out, size_t cap);
 /* The tool-calling prompt of `needle --tools F --query Q` (needle_render_prompt_ex) into
  * out[0..cap); with plain_markers, the byte ranges of the caller's text (system, tools JSON,
  * query) in plain[0..*n_plain) for needle_tok_encode_spans, else *n_plain = 0.  Returns the
- * prompt length, or a negative NEEDLE_PROMPT_E_* with the message in err[0..errcap). */
+ * prompt length, or a negative NEEDLE_PROMPT_E_* with the message in err[0..errcap):
+ * NEEDLE_PROMPT_E_TEXT for the query or system text (NULL, not UTF-8, or too long for what
+ * the tool list leaves of cap: err names them and that limit), E_JSON and E_SPACE for the
+ * tool list (invalid, or too long alone). */
 int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query,
                        const char *system, int plain_markers, char *out, size_t cap,
                        needle_tok_span *plain, size_t *n_plain, char *err, size_t errcap);

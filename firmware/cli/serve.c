@@ -784,8 +784,8 @@ static void handle(writer *w, size_t len)
         }
         int n = needle_tool_prompt(tools, tools_len, r.query, system, r.plain_markers, prompt, sizeof prompt,
                                    plain, &n_plain, err, sizeof err);
-        if (n < 0) {
-            answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+        if (n < 0) {     /* E_TEXT: the query or system text, named in err, not the tool list */
+            answer_error(w, &r, "%s%s", n == NEEDLE_PROMPT_E_TEXT ? "" : r.tools ? "\"tools\": " : "the --tools file: ", err);
             return;
         }
         if (!r.raw) call_open = 0;    /* the grammar is replaced: the last call cannot be answered now */

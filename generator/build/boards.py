@@ -84,6 +84,16 @@ CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firm
 UART_KINDS = ("cmsdk", "pl011")
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
+ADDRESS_SPACE = 1 << 32                 # bare-metal boards are 32-bit: every region ends below 4 GiB
+
+
+# a board file's value types, as its errors name them
+TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a table"}
+
+
+def _is(value, typ: type) -> bool:
+    """isinstance, except that true/false is not an integer (bool subclasses int)."""
+    return isinstance(value, typ) and not (typ is int and isinstance(value, bool))
 
 
 def families() -> list[str]:
@@ -93,6 +103,54 @@ def families() -> list[str]:
 
 # x86-64 families and the CPU flags (/proc/cpuinfo) each needs, slowest first
 X86_FAMILIES = {"x86": ("avx2",), "x86-vnni": ("avx2", "avx512_vnni", "avx512vl")}
+
+# The instruction set each family's intrinsics are written for (scalar: any).  A family of
+# another architecture fails in the compiler (arm_neon.h missing, -mavx2 unknown), so
+# kernels= and emit --kernels are refused before generation (kernels_refusal).  Finer needs
+# within one architecture (DSP, dotprod, Helium, AVX2) stop with the template's own #error.
+FAMILY_ARCH = {"x86": "x86-64", "x86-vnni": "x86-64", "neon64": "aarch64", "neon64-dot": "aarch64",
+               "armv6": "32-bit Arm (A profile)", "neon32": "32-bit Arm (A profile)",
+               "mdsp": "Arm Cortex-M", "mve": "Arm Cortex-M"}
+# the host's machine (platform.machine()) -> FAMILY_ARCH's name for it
+HOST_ARCH = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def board_arch(board: dict) -> str:
+    """The instruction set a board's compiler targets, in FAMILY_ARCH's words (the cross
+    prefix or zig target; the host: this machine), e.g. "aarch64", "mips"."""
+    if board.get("toolchain") == "zig":
+        target = board["zig_target"]
+    elif board.get("toolchain_prefix"):
+        target = board["toolchain_prefix"]
+    else:
+        machine = platform.machine().lower()
+        return HOST_ARCH.get(machine, "32-bit Arm (A profile)" if machine.startswith("arm") else machine)
+    cpu = target.split("-", 1)[0]
+    if cpu in ("aarch64", "arm64"):
+        return "aarch64"
+    if cpu in ("x86_64", "amd64"):
+        return "x86-64"
+    if cpu.startswith(("arm", "thumb")):
+        return "Arm Cortex-M" if board["os"] == "none" else "32-bit Arm (A profile)"
+    return "MIPS" if cpu.startswith("mips") else cpu
+
+
+def board_families(board: dict) -> list[str]:
+    """The kernel families whose code the board's compiler can build: scalar, and those of
+    its instruction set."""
+    arch = board_arch(board)
+    return [f for f in families() if FAMILY_ARCH.get(f, arch) == arch]
+
+
+def kernels_refusal(board: dict, family: str, option: str = "kernels=") -> str | None:
+    """One line refusing kernel family `family` for `board` (unknown, or another
+    architecture's), naming the families that fit; None when it fits."""
+    if family not in families():
+        return f"{option}{family}: choose one of {', '.join(families())}"
+    if family in board_families(board):
+        return None
+    return (f"{option}{family} is {FAMILY_ARCH[family]} code and board {board['name']} is "
+            f"{board_arch(board)}: choose one of {', '.join(board_families(board))}")
 
 
 def cpu_flags() -> set[str]:
@@ -182,7 +240,7 @@ def _resolve(name: str) -> tuple[dict, list[Path]]:
         if "inherits" not in own:
             break
         if not isinstance(own["inherits"], str):
-            raise CactError(f"board file {path.name}: 'inherits' must be a str")
+            raise CactError(f"board file {path.name}: 'inherits' must be a string (a board's name)")
         name = own["inherits"]
     for key in OWN_KEYS:                 # the child's, never a parent's
         data[key] = first[key]
@@ -204,16 +262,16 @@ def load(name: str) -> dict:
         raise CactError(f"board file {fname}: {msg}")
 
     for key, (typ, required) in TOP_KEYS.items():
-        if key in data and not isinstance(data[key], typ):
-            bad(f"{key!r} must be a {typ.__name__}")
+        if key in data and not _is(data[key], typ):
+            bad(f"{key!r} must be {TYPE_NAMES[typ]}")
         if required and key not in data:
             bad(f"missing key {key!r}")
     for table, keys in TABLE_KEYS.items():
         if table not in data:
             continue
         for key, (typ, required) in keys.items():
-            if key in data[table] and not isinstance(data[table][key], typ):
-                bad(f"{table}.{key} must be a {typ.__name__}")
+            if key in data[table] and not _is(data[table][key], typ):
+                bad(f"{table}.{key} must be {TYPE_NAMES[typ]}")
             if required and key not in data[table]:
                 bad(f"missing key {table}.{key}")
     if data["name"] != name:
@@ -273,9 +331,21 @@ def load(name: str) -> dict:
             if extra:
                 bad(f"unknown key memory.regions.{extra[0]} (region keys: {', '.join(REGION_KEYS)})")
             uses = REGION_USES + OPTIONAL_REGION_USES
-            if not (isinstance(r.get("name"), str) and isinstance(r.get("origin"), int)
-                    and isinstance(r.get("length"), int) and r.get("use") in uses):
+            if not (_is(r.get("name"), str) and _is(r.get("origin"), int)
+                    and _is(r.get("length"), int) and r.get("use") in uses):
                 bad(f"region {r!r} needs name, origin, length and use ({', '.join(uses)})")
+            if r["origin"] < 0 or r["length"] <= 0 or r["origin"] + r["length"] > ADDRESS_SPACE:
+                bad(f"region {r['name']} (origin 0x{r['origin']:X}, length 0x{r['length']:X}) must have a "
+                    f"positive length and end within the 32-bit address space (at most 0x{ADDRESS_SPACE:X})")
+        by_origin = sorted(regions, key=lambda r: r["origin"])
+        for a, b in zip(by_origin, by_origin[1:]):
+            if a["origin"] + a["length"] > b["origin"]:
+                bad(f"regions {a['name']} (0x{a['origin']:08X}..0x{a['origin'] + a['length']:08X}) and "
+                    f"{b['name']} (from 0x{b['origin']:08X}) overlap: each byte belongs to one region")
+        names_seen = [r["name"] for r in regions]
+        if len(set(names_seen)) != len(names_seen):
+            bad(f"two regions are named {next(n for n in names_seen if names_seen.count(n) > 1)}: "
+                "each region needs its own name")
         for use in REGION_USES:
             if sum(r["use"] == use for r in regions) != 1:
                 bad(f"exactly one region must have use = {use!r}")
@@ -336,6 +406,8 @@ def load(name: str) -> dict:
         problem = tables.check_bounds(data["grammar"])
         if problem:
             bad(problem)
+    if data["kernels"] != "auto" and data["kernels"] not in board_families(data):
+        bad(kernels_refusal(data, data["kernels"], "kernels = "))
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
 

@@ -41,6 +41,12 @@ def c_array(values, per_line: int = 12, fmt: str = "int", indent: str = "    ") 
     return (",\n" + indent).join(lines)
 
 
+def c_comment(text: str) -> str:
+    """Text (a tool's name, a JSON key) safe inside a /* */ comment: no "*/" that would end
+    it, no "/*" that -Wcomment rejects, on one line."""
+    return str(text).replace("*/", "*\\/").replace("/*", "/\\*").replace("\r", " ").replace("\n", " ")
+
+
 def c_string(text: str) -> str:
     """A C string literal of UTF-8 text (non-printable and non-ASCII bytes as octal escapes)."""
     out = []
@@ -64,7 +70,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(c_float=c_float, c_hex=c_hex, c_array=c_array, c_string=c_string)
+    env.filters.update(c_float=c_float, c_hex=c_hex, c_array=c_array, c_string=c_string, c_comment=c_comment)
     return env
 
 

@@ -125,8 +125,9 @@ def cmd_emit(args) -> int:
     from generator.build import boards
     from generator.codegen import pipeline
     board = boards.load(args.board)
-    if args.kernels and args.kernels not in boards.families():
-        raise CactError(f"--kernels {args.kernels}: choose one of {', '.join(boards.families())}")
+    problem = boards.kernels_refusal(board, args.kernels, "--kernels ") if args.kernels else None
+    if problem:
+        raise CactError(problem)
     engine = boards.generate_engine(board, args.archive, args.output,
                                     incbin_path=os.path.abspath(args.archive), kv_window=args.kv_window,
                                     kernels=args.kernels, head_tokens=args.head_tokens)
