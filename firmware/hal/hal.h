@@ -23,7 +23,9 @@ void hal_flush(void);
  * hal_reason() set (e.g. a full disk or a closed pipe behind a redirection). */
 int hal_out_status(void);
 
-/* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set. */
+/* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set (Linux: a
+ * regular file or a pipe is read; a directory is "is a directory", a device or socket "is
+ * not a regular file"). */
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len);
 
 /* Write-only binary file: a handle, or NULL with hal_reason() set. */
