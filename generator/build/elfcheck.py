@@ -589,8 +589,9 @@ def _check_binary(fh, path: str, board: dict) -> None:
     got = elf["e_machine"]
     if got != machine:
         name = MACHINE_NAMES.get(got, got)
-        raise CactError(f"{path} is {'an' if name[0] in 'AEIOUaeioux' else 'a'} {name} executable, but board {board['name']} runs "
-                        f"{arch_name} ({board.get('package', {}).get('openwrt_arch', arch)}): pass {built}")
+        article = "an" if name[0] in "AEIOUaeioux" else "a"
+        raise CactError(f"{path} is {article} {name} executable, but board {board['name']} runs {arch_name} "
+                        f"({board.get('package', {}).get('openwrt_arch', arch)}): pass {built}")
     if elf.elfclass != bits:
         raise CactError(f"{path} is a {elf.elfclass}-bit ELF, but board {board['name']} runs {bits}-bit "
                         f"{arch_name}: pass {built}")
