@@ -27,11 +27,12 @@ import pytest
 from generator import __version__
 from generator.build import boards, package
 from generator.errors import CactError
+from host_tests import elf_stub
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates" / "package"
 ROUTERS = [n for n in boards.names() if "package" in boards.load(n)]
-STAND_IN = bytes((i * 37 + 11) % 251 for i in range(4097))    # odd size: ar pads it
+STAND_IN = bytes((i * 37 + 11) % 251 for i in range(4097))    # odd size: ar pads it (ipk_bytes takes any bytes)
 DATA_LIST = [("./", "d", 0o755), ("./etc/", "d", 0o755), ("./etc/config/", "d", 0o755),
              ("./etc/config/needle", "f", 0o644), ("./etc/init.d/", "d", 0o755),
              ("./etc/init.d/needle", "f", 0o755), ("./usr/", "d", 0o755), ("./usr/bin/", "d", 0o755),
@@ -46,11 +47,19 @@ def test_there_are_router_boards():
     assert {"router-mt7621", "router-ath79", "router-ipq40xx"} <= set(ROUTERS)
 
 
-@pytest.fixture()
-def stand_in(tmp_path) -> Path:
-    path = tmp_path / "needle"
-    path.write_bytes(STAND_IN)
+def stand_in_for(board_name: str, tmp_path: Path) -> Path:
+    """A small ELF with the identity of the board's engine (write_ipk checks it; odd size)."""
+    path = tmp_path / f"needle-{board_name}"
+    path.write_bytes(elf_stub.for_board(boards.load(board_name)))
     return path
+
+
+@pytest.fixture()
+def stand_in(request, tmp_path) -> Path:
+    """The stand-in for the test's board_name parameter (router-mt7621 without one)."""
+    params = getattr(request.node, "callspec", None)
+    name = params.params.get("board_name", "router-mt7621") if params else "router-mt7621"
+    return stand_in_for(name if "package" in boards.load(name) else "router-mt7621", tmp_path)
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
@@ -123,7 +132,7 @@ def test_ipk_structure(board_name, stand_in, tmp_path):
     assert owners(data_gz) == {(0, 0, "root", "root", 0)}
     verbose = run(["tar", "-tzvf", d / "data.tar.gz"]).stdout.splitlines()
     assert {line.split()[1] for line in verbose} == {"root/root"}
-    assert (d / "data/usr/bin/needle").read_bytes() == STAND_IN
+    assert (d / "data/usr/bin/needle").read_bytes() == stand_in.read_bytes()
     assert (d / "data/etc/init.d/needle").read_bytes() == (TEMPLATES / "needle.init").read_bytes()
     assert (d / "data/etc/config/needle").read_bytes() == (TEMPLATES / "needle.config").read_bytes()
     for path, mode in (("usr/bin/needle", 0o755), ("etc/init.d/needle", 0o755), ("etc/config/needle", 0o644)):
@@ -189,8 +198,9 @@ def test_ar_writer_format():
 
 
 @pytest.mark.parametrize("container", package.CONTAINERS)
-def test_ipk_is_deterministic(container, stand_in, tmp_path, monkeypatch):
+def test_ipk_is_deterministic(container, tmp_path, monkeypatch):
     board = boards.load(ROUTERS[0])
+    stand_in = stand_in_for(ROUTERS[0], tmp_path)
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     one = Path(package.write_ipk(board, str(stand_in), str(tmp_path / "one"), container=container)).read_bytes()
     two = Path(package.write_ipk(board, str(stand_in), str(tmp_path / "two"), container=container)).read_bytes()
@@ -241,7 +251,8 @@ def cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
                           cwd=cwd, capture_output=True, text=True)
 
 
-def test_cli_writes_and_prints_the_path(stand_in, tmp_path):
+def test_cli_writes_and_prints_the_path(tmp_path):
+    stand_in = stand_in_for("router-ath79", tmp_path)
     proc = cli("--board", "router-ath79", "--binary", stand_in, "-o", tmp_path / "o")
     assert proc.returncode == 0 and proc.stderr == ""
     path = Path(proc.stdout.strip())
@@ -517,7 +528,7 @@ def test_opkg_installs_and_removes_the_package_offline(stand_in, tmp_path):
     base = [find_opkg(), "-f", conf, "--offline-root", root, "--force-postinstall"]
     env = {"PATH": os.environ["PATH"], "IPKG_INSTROOT": str(root)}
     run(base + ["install", ipk], env=env)
-    assert (root / "usr/bin/needle").read_bytes() == STAND_IN
+    assert (root / "usr/bin/needle").read_bytes() == stand_in.read_bytes()
     assert (root / "usr/bin/needle").stat().st_mode & 0o777 == 0o755
     assert (root / "usr/lib/opkg/info/needle.conffiles").read_text().strip() == "/etc/config/needle"
     status = (root / "usr/lib/opkg/status").read_text()

@@ -448,6 +448,15 @@ static int cli(int argc, char **argv)
     if (print_ids && force_call) return hal_fail(2, "--ids prints the plain greedy ids (like --raw): drop --force-call");
 #ifdef NEEDLE_ARCHIVE_FILE
     if (!archive) return hal_fail(2, "this engine reads its archive from a file: pass --archive PATH");
+    /* The archive stays mapped while the engine runs: opening it for writing would truncate
+     * it (the only copy, on a router) and kill the engine with SIGBUS.  Compared by device
+     * and inode, so a link or another spelling of the path is caught too. */
+    static const char *const out_flags[] = { "--logits", "--heads", "--snapshot-save" };
+    const char *const out_paths[] = { logits, heads, snapshot };
+    for (unsigned k = 0; k < sizeof out_flags / sizeof out_flags[0]; k++)
+        if (out_paths[k] && hal_same_file(out_paths[k], archive))
+            return hal_fail(2, "%s %s is the archive file (--archive %s): writing it would destroy the "
+                           "archive; write to another file", out_flags[k], out_paths[k], archive);
 #else
     if (archive) return hal_fail(2, "this engine carries its archive linked in: drop --archive");
 #endif

@@ -23,7 +23,9 @@ void hal_flush(void);
  * hal_reason() set (e.g. a full disk or a closed pipe behind a redirection). */
 int hal_out_status(void);
 
-/* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set. */
+/* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set (Linux: a
+ * regular file or a pipe is read; a directory is "is a directory", a device or socket "is
+ * not a regular file"). */
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len);
 
 /* Write-only binary file: a handle, or NULL with hal_reason() set. */
@@ -32,6 +34,10 @@ int hal_write(void *file, const void *data, size_t n);   /* 0, or -1 */
 int hal_close(void *file);                               /* 0, or -1 */
 int hal_remove(const char *path);                        /* drop a partial output file: 0, or -1 */
 const char *hal_reason(void);                            /* why the last call failed */
+/* 1 when both paths name one existing file (same device and inode: a hard link, a symbolic
+ * link or another spelling of the path included), else 0.  Linux HAL; the CLI calls it only
+ * in engines that read their archive from a file, to refuse an output that is the archive. */
+int hal_same_file(const char *a, const char *b);
 
 /* printf-like formatting of %s %.Ns %u %d %zu %x %%, into a bounded buffer (always
  * NUL-terminated); returns the length written. */

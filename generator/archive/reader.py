@@ -15,6 +15,7 @@ import hashlib
 import math
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import numpy as np
 from generator.archive import quant
 from generator.archive import roles as R
 from generator.archive import tokenizer
+from generator import files
 from generator.errors import CactError
 from generator.archive.format import (BLOB_ALIGN, CODEBOOK_LEN, CQ, CQ_BITS, CQ_BITS_N2, CQ_GROUP, DTYPE_NAMES,
                      FP16, FP32, HEADER_BYTES, HEADER_FIELDS, MAX_ORDERS, MAX_SITES, RAW,
@@ -170,17 +172,34 @@ def read(source, *, check_data: bool = True) -> Archive:
     path = None
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        except OSError as exc:
-            raise CactError(f"cannot read archive {path}: {exc.strerror or exc}") from None
+        data = load(path)
     else:
         data = bytes(source)
     archive = _Parser(data).parse(check_data)
     archive.path = path
     return archive
+
+
+def load(path: str | os.PathLike) -> bytes | mmap.mmap:
+    """The bytes of the archive file `path`, mapped read-only: the one place an archive file is
+    opened.  Only a regular file is read: a directory, a FIFO or a device (which would read as
+    0 bytes, block, or never end) is refused in one line, as is a file that cannot be opened."""
+    path = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore it)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise CactError(f"cannot read archive {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CactError(f"cannot read archive {path}: it is {files.kind(st.st_mode)}, not a regular "
+                            "file (pass the path of a .cact file)")
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else b""
+    except OSError as exc:
+        raise CactError(f"cannot read archive {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 class _Parser:

@@ -428,12 +428,27 @@ def default_threads(board: dict) -> int:
     return board.get("cores", 1)
 
 
+def count_option(key: str, value, minimum: int) -> int:
+    """A count given as KEY=VALUE (SCons) or as an option of `python -m generator emit`: its
+    integer, or CactError "KEY=VALUE must be a positive (minimum 1) / non-negative (minimum 0)
+    integer".  The one check of these values, so SCons and emit refuse the same ones."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or int(text) < minimum:   # no sign, no spaces
+        raise CactError(f"{key}={value} must be a {'positive' if minimum else 'non-negative'} integer")
+    return int(text)
+
+
 def engine_options(board: dict, kv_window: int | None = None, kernels: str | None = None,
                    head_tokens: int = 0, threads: int | None = None, thread_grain: int | None = None,
                    prefill_chunk: int | None = None):
     """The code generator's options for this board (kernels: force a family; threads and
-    prefill_chunk: None for the board's default)."""
+    prefill_chunk: None for the board's default); a bad count is refused (count_option)."""
     from generator.codegen import plan
+    for key, value, minimum in (("kv_window", kv_window, 1), ("head_tokens", head_tokens, 0),
+                                ("threads", threads, 1), ("thread_grain", thread_grain, 0),
+                                ("prefill_chunk", prefill_chunk, 1)):
+        if value is not None:
+            count_option(key, value, minimum)
     return plan.Options(board=board["name"], kv_window=kv_window,
                         kv_budget=board["memory"]["kv_budget_bytes"], max_text=board["max_text"],
                         board_data=board, kernels=kernels or kernel_family(board),

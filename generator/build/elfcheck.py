@@ -12,10 +12,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import platform
 import re
 import struct
 from dataclasses import dataclass, field
 
+from elftools.common.exceptions import ELFError
+from elftools.construct import ConstructError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
@@ -538,6 +541,83 @@ def check_soft_float(elf: ELFFile, elf_path: str, board: dict) -> None:
                 raise CactError(f"{elf_path}: FPU instruction {op} (0x{w:08x}) at 0x{sec['sh_addr'] + 4 * i:x} "
                                 f"in {sec.name}; board {board['name']}'s core has no FPU: build every "
                                 "object soft-float")
+
+
+# The ELF identity of each target architecture (the first part of a zig target or of a GNU
+# toolchain prefix): (e_machine, its name in messages, ELF class).  Endianness comes from the
+# board's `endianness`.
+ARCH_ELF = {"mipsel": ("EM_MIPS", "MIPS", 32), "mips": ("EM_MIPS", "MIPS", 32),
+            "arm": ("EM_ARM", "32-bit ARM", 32), "armeb": ("EM_ARM", "32-bit ARM", 32),
+            "aarch64": ("EM_AARCH64", "AArch64", 64), "x86_64": ("EM_X86_64", "x86-64", 64),
+            "riscv64": ("EM_RISCV", "RISC-V", 64)}
+MACHINE_NAMES = {"EM_MIPS": "MIPS", "EM_ARM": "32-bit ARM", "EM_AARCH64": "AArch64", "EM_X86_64": "x86-64",
+                 "EM_386": "x86 (32-bit)", "EM_RISCV": "RISC-V", "EM_PPC": "PowerPC", "EM_PPC64": "PowerPC 64"}
+EF_ARM_EABIMASK, EF_ARM_EABI_VER5 = 0xFF000000, 0x05000000
+EF_ARM_ABI_FLOAT_SOFT, EF_ARM_ABI_FLOAT_HARD = 0x200, 0x400
+EF_MIPS_ABI2, EF_MIPS_ABI, EF_MIPS_ABI_O32 = 0x20, 0x0000F000, 0x00001000
+
+
+def _board_triple(board: dict) -> str:
+    """The zig target, or the GNU toolchain prefix ("" for the host's gcc)."""
+    return board["zig_target"] if board.get("toolchain") == "zig" else board.get("toolchain_prefix", "")
+
+
+def check_binary(fh, path: str, board: dict) -> None:
+    """Refuse, in one line, an executable that cannot run on `board`: not an ELF, another
+    machine, ELF class or byte order, another ABI (MIPS: o32, soft float and no FPU
+    instruction; ARM: EABI 5 and the board's float-ABI flag), not an executable, or (a zig
+    board, whose engines are static musl) dynamically linked.  `fh`: the file, opened binary."""
+    try:
+        _check_binary(fh, path, board)
+    except (ELFError, ConstructError, ValueError, struct.error) as exc:
+        raise CactError(f"{path} is not a valid ELF file ({exc}): pass build/{board['name']}/needle, what "
+                        f"scons board={board['name']} builds") from None
+
+
+def _check_binary(fh, path: str, board: dict) -> None:
+    built = f"build/{board['name']}/needle, what scons board={board['name']} builds"
+    triple = _board_triple(board).rstrip("-")
+    arch = triple.split("-")[0] if triple else platform.machine()
+    if arch not in ARCH_ELF:
+        raise CactError(f"board {board['name']}: cannot tell the ELF machine of architecture {arch!r}")
+    machine, arch_name, bits = ARCH_ELF[arch]
+    head = fh.read(4)
+    fh.seek(0)
+    if head != b"\x7fELF":
+        raise CactError(f"{path} is not an ELF executable: pass {built}")
+    elf = ELFFile(fh)
+    got = elf["e_machine"]
+    if got != machine:
+        name = MACHINE_NAMES.get(got, got)
+        article = "an" if name[0] in "AEIOUaeioux" else "a"
+        raise CactError(f"{path} is {article} {name} executable, but board {board['name']} runs {arch_name} "
+                        f"({board.get('package', {}).get('openwrt_arch', arch)}): pass {built}")
+    if elf.elfclass != bits:
+        raise CactError(f"{path} is a {elf.elfclass}-bit ELF, but board {board['name']} runs {bits}-bit "
+                        f"{arch_name}: pass {built}")
+    order = "little" if elf.little_endian else "big"
+    if order != board["endianness"]:
+        raise CactError(f"{path} is {order}-endian {arch_name}, but board {board['name']} is "
+                        f"{board['endianness']}-endian: pass {built}")
+    flags = elf["e_flags"]
+    if machine == "EM_MIPS" and (flags & EF_MIPS_ABI2 or flags & EF_MIPS_ABI not in (0, EF_MIPS_ABI_O32)):
+        raise CactError(f"{path} is not built for the MIPS o32 ABI (e_flags 0x{flags:08x}) that board "
+                        f"{board['name']} uses: pass {built}")
+    if machine == "EM_ARM":
+        hard = triple.endswith("hf")
+        want = EF_ARM_ABI_FLOAT_HARD if hard else EF_ARM_ABI_FLOAT_SOFT
+        if flags & EF_ARM_EABIMASK != EF_ARM_EABI_VER5 or not flags & want:
+            raise CactError(f"{path} is not built for the ARM EABI version 5 with the "
+                            f"{'hard' if hard else 'soft'}-float ABI (e_flags 0x{flags:08x}) that board "
+                            f"{board['name']} uses: pass {built}")
+    if boards.soft_float(board):
+        check_soft_float(elf, path, board)
+    if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
+        raise CactError(f"{path} is an ELF {elf['e_type']} (an object file?), not an executable: pass {built}")
+    interp = next((seg for seg in elf.iter_segments() if seg["p_type"] == "PT_INTERP"), None)
+    if interp is not None and board.get("toolchain") == "zig":
+        raise CactError(f"{path} is dynamically linked (interpreter {interp.get_interp_name()}), but board "
+                        f"{board['name']}'s engine is a static musl executable: pass {built}")
 
 
 def heap_references(path: str) -> list[str]:

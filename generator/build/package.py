@@ -40,14 +40,14 @@ import os
 import re
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 import jinja2
 
 from generator import __version__
-from generator.build import boards
+from generator.build import boards, elfcheck
 from generator.errors import CactError
+from generator.files import refuse_output_is_input, write_atomic
 from generator.paths import ROOT, TEMPLATES_DIR
 
 PACKAGE_DIR = TEMPLATES_DIR / "package"
@@ -231,13 +231,16 @@ def write_ipk(board: dict, binary: str, out_dir: str, version: str | None = None
     """Write `needle_<version>_<openwrt_arch>.ipk` of `binary` for `board` into `out_dir` and
     return its path.  The file appears whole or not at all (temporary name, then rename)."""
     name = package_name(board, version)
+    path = os.path.join(out_dir, name)
+    refuse_output_is_input({"the package": path}, {"--binary": binary})
     try:
         data = Path(binary).read_bytes()
     except OSError as exc:
         raise CactError(f"cannot read the binary {binary}: {exc.strerror}") from None
     if not data:
         raise CactError(f"the binary {binary} is empty")
-    return _write_atomic(os.path.join(out_dir, name), ipk_bytes(board, data, version, container))
+    elfcheck.check_binary(io.BytesIO(data), binary, board)    # the board's machine, byte order and ABI
+    return _write_atomic(path, ipk_bytes(board, data, version, container))
 
 
 # ---- the systemd unit (Raspberry Pi OS) ----------------------------------------------------------
@@ -262,25 +265,14 @@ def systemd_unit(board: dict) -> str:
 
 
 def _write_atomic(path: str, blob: bytes) -> str:
-    """Write `blob` to `path` through a temporary file in the same directory, then rename:
-    the file appears whole or not at all."""
+    """Write `blob` to `path` (mode 0644), whole or not at all (generator.files.write_atomic),
+    making its directory; returns the path."""
     out_dir = os.path.dirname(path) or "."
     try:
         os.makedirs(out_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except OSError as exc:
         raise CactError(f"cannot write into {out_dir}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise CactError(f"cannot write {path}: {exc.strerror}") from None
+    write_atomic(path, blob, mode=0o644)
     return path
 
 

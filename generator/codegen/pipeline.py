@@ -15,6 +15,7 @@ from generator.codegen import plan as planner
 from generator.codegen import tokenizer_plan
 from generator.archive import reader
 from generator.errors import CactError
+from generator.files import refuse_output_is_input
 
 ENGINE_FILES = {
     "needle_model.h": "needle_model.h.j2",
@@ -103,8 +104,10 @@ def generate(archive_path: str, out_dir: str, opts: planner.Options | None = Non
     """Render every engine file into out_dir; returns the engine plan (for reports:
     `.warnings`, `.kv.cache_bytes`, ...)."""
     opts = opts or planner.Options()
-    engine, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
     board = opts.board_data
+    refuse_output_is_input([("the engine file", Path(out_dir) / n) for n in outputs(board)],
+                           {"archive": archive_path})
+    engine, tok = contexts(archive_path, opts, incbin_path, gnu_stack)
     bare_metal = bool(board) and board["os"] == "none"
     link = linker_context(board, engine.provenance.archive_bytes) if bare_metal else None
     texts = {}                    # render everything first: a template error writes nothing

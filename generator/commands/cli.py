@@ -14,32 +14,16 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 from generator import __version__
 from generator.errors import CactError
+from generator.files import refuse_output_is_input, write_atomic
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise CactError(f"{message} (see python -m generator {self.prog.split()[-1]} --help)"
                         if " " in self.prog else f"{message} (see python -m generator --help)")
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file so a failure never leaves a partial file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".cact")
-    except OSError as exc:
-        raise CactError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise CactError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def cmd_inspect(args) -> int:
@@ -57,6 +41,7 @@ def cmd_synth(args) -> int:
     from generator.commands import synth
     if (args.preset is None) == (args.like is None):
         raise CactError("synth needs exactly one of --preset NAME or --like ARCHIVE")
+    refuse_output_is_input({"-o": args.output}, {"--like": args.like})
     if args.like:
         data = synth.synthesize_like(args.like, args.seed)
     else:
@@ -115,6 +100,7 @@ def _positive(text: str) -> int:
 
 def cmd_rung(args) -> int:
     from generator.commands import rung
+    refuse_output_is_input({"-o": args.output}, {"archive": args.archive})
     data = rung.cut(args.archive, args.layers)
     write_atomic(args.output, data)
     print(f"wrote {args.output}: {args.layers}-layer rung, {len(data):,} bytes")

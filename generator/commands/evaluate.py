@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import CactError
+from generator.files import refuse_output_is_input, write_atomic
 
 FORMAT = "needle-fw eval"
 FORMAT_VERSION = 1
@@ -470,16 +471,12 @@ def document(archive_path: str, data: str, max_new: int, rows: list[dict], predi
 
 
 def write_json(path: str, doc: dict) -> None:
-    from generator.commands.cli import write_atomic
     write_atomic(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def _archive(path: str):
     from generator.archive import reader
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise CactError(f"cannot read {path}: {exc.strerror}") from None
+    data = reader.load(path)
     try:
         return reader.read(data)
     except CactError as exc:      # which archive: eval names two files
@@ -489,6 +486,7 @@ def _archive(path: str):
 def run_reference(archive: str, data: str, modes: list[str], grammars: list[str], max_new: int,
                   limit: int | None = None, json_out: str | None = None) -> int:
     """`python -m generator eval`: the reference on every example; prints the table."""
+    refuse_output_is_input({"--json": json_out}, {"--archive": archive, "--data": data})
     examples = load_examples(data, limit)
     a = _archive(archive)
     rows, predictions = evaluate(examples, [Reference(a, m) for m in modes], grammars, max_new)
@@ -506,6 +504,8 @@ def run_board(archive: str, data: str, board_name: str, engine: str, image: str 
     """`scons board=X eval=1`: the built engine and the a8 reference on every example; prints
     the table and how many runs differ; 1 if any does, else 0."""
     from generator.build import boards
+    refuse_output_is_input({"--json": json_out}, {"--archive": archive, "the data": data, "--engine": engine,
+                                                 "--image": image, "--builtin-tools": builtin_tools})
     board = boards.load(board_name)
     examples = load_examples(data, limit)
     builtin = not reads_tools(board)

@@ -44,6 +44,7 @@ from generator.build import boards
 from generator.commands import rung, synth
 from generator.tools import prompt
 from generator.errors import CactError
+from generator.files import refuse_output_is_input
 from generator.model import Needle2, Needle3
 
 REFERENCE_VERSION = 3  # bump when the reference's numerics change on purpose
@@ -179,10 +180,28 @@ def _compute_n3(name: str, r: dict, a, data: bytes) -> tuple[dict, dict[str, np.
     return meta, logits
 
 
+def _claim_recipe_dir(d: Path, name: str) -> None:
+    """DIR/NAME may be written: new, empty, or a golden of recipe NAME (its meta.json says so);
+    anything else is refused in one line, so no file of the user's is overwritten."""
+    if d.exists() and not d.is_dir():
+        raise CactError(f"{os.fspath(d)} is a file, not a directory: pass another -o DIR")
+    if not d.is_dir() or not any(d.iterdir()):
+        return
+    try:
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("name") != name:
+        raise CactError(f"{os.fspath(d)} is not empty and is not the golden of recipe {name} (no meta.json "
+                        "naming it): pass another -o DIR (nothing of yours is overwritten)")
+
+
 def write(names: list[str], out_dir: str) -> None:
     unknown = [n for n in names if n not in ALL_RECIPES]
     if unknown:
         raise CactError(f"unknown golden recipe {unknown[0]!r}; choose from {', '.join(ALL_RECIPES)}")
+    for name in names or list(ALL_RECIPES):     # refuse before any work
+        _claim_recipe_dir(Path(out_dir) / name, name)
     for name in names or list(ALL_RECIPES):
         data = build_archive(name)
         meta, logits = compute(name, data)
@@ -299,10 +318,7 @@ def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools
     must fit, so the recorded value is clamped)."""
     _check_case_options(cases, tools, system, max_new)
     path = os.fspath(archive)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise CactError(f"cannot read {path}: {exc.strerror}") from None
+    data = reader.load(path)
     a = reader.read(data)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     h = a.header
@@ -358,10 +374,48 @@ def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools
     return doc, logits
 
 
+def claim_user_dir(out_dir: str | os.PathLike, n_cases: int, inputs: dict) -> set[str]:
+    """Check, before any work, that the user goldens may be written into `out_dir`; returns the
+    case files an earlier run wrote there (the ones its cases.json lists), which a shorter run
+    may delete.  DIR must be new, empty, or hold a cases.json of ours ("format": "needle-fw
+    user golden"); no file we did not write is ever overwritten or deleted: a non-empty
+    directory without our cases.json, or a case-N.f32 that our cases.json does not list, is
+    refused in one line.  No output may be one of the `inputs` (e.g. the archive)."""
+    d = Path(out_dir)
+    names = [CASES_FILE] + [f"case-{i}.f32" for i in range(1, n_cases + 1)]
+    if d.exists() and not d.is_dir():
+        raise CactError(f"-o {os.fspath(d)} is not a directory (pass a new or empty directory for the goldens)")
+    try:
+        present = {p.name for p in d.iterdir()} if d.is_dir() else set()
+    except OSError as exc:
+        raise CactError(f"cannot read the directory {os.fspath(d)}: {exc.strerror}") from None
+    earlier: set[str] = set()
+    if present:
+        try:
+            doc = json.loads((d / CASES_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            doc = None
+        if not isinstance(doc, dict) or doc.get("format") != "needle-fw user golden":
+            raise CactError(f"-o {os.fspath(d)} is not empty and holds no {CASES_FILE} written by python -m "
+                            "generator golden: pass a new or empty directory (nothing of yours is overwritten "
+                            "or deleted)")
+        listed = doc.get("cases") if isinstance(doc.get("cases"), list) else []
+        earlier = {c["logits"] for c in listed if isinstance(c, dict) and isinstance(c.get("logits"), str)
+                   and re.fullmatch(r"case-\d+\.f32", c["logits"])} & present
+        strangers = sorted(n for n in names[1:] if n in present and n not in earlier)
+        if strangers:
+            raise CactError(f"{os.fspath(d / strangers[0])} is not a case file of {os.fspath(d / CASES_FILE)} "
+                            "(not written by golden): move it away or pass a new or empty directory")
+    refuse_output_is_input([("-o", d / n) for n in names + sorted(earlier)], inputs)
+    return earlier
+
+
 def write_user(archive: str | os.PathLike, cases: list[tuple[str, str]], out_dir: str | os.PathLike,
                tools: str | None = None, system: str | None = None,
                max_new: int = DEFAULT_MAX_NEW) -> dict:
-    """Compute the user's cases and write DIR/cases.json and DIR/case-N.f32; returns the doc."""
+    """Compute the user's cases and write DIR/cases.json and DIR/case-N.f32; returns the doc.
+    DIR is new, empty or a user golden directory written before (`claim_user_dir`)."""
+    earlier = claim_user_dir(out_dir, len(cases), {"--archive": archive, "--tools": tools})
     doc, logits = compute_user(archive, cases, tools, system, max_new)
     argv = ["python", "-m", "generator", "golden", "--archive", os.fspath(archive)]
     if tools is not None:
@@ -376,9 +430,8 @@ def write_user(archive: str | os.PathLike, cases: list[tuple[str, str]], out_dir
     try:
         d.mkdir(parents=True, exist_ok=True)
         keep = {c["logits"] for c in doc["cases"]}
-        for old in d.glob("case-*.f32"):          # cases of an earlier, longer run
-            if re.fullmatch(r"case-\d+\.f32", old.name) and old.name not in keep:
-                old.unlink()
+        for name in sorted(earlier - keep):       # cases of an earlier, longer run (ours: listed)
+            (d / name).unlink(missing_ok=True)
         for case, arr in zip(doc["cases"], logits):
             (d / case["logits"]).write_bytes(arr.astype("<f4").tobytes())
         (d / CASES_FILE).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")

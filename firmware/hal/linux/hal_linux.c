@@ -75,3 +75,8 @@ int hal_remove(const char *path)
     return remove(path) ? -1 : 0;
 }
 
+int hal_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
