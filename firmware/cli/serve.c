@@ -152,7 +152,7 @@ typedef struct {
 } writer;
 
 /* The descriptor answers go to, and whether a line of it is half written: for the SIGBUS
- * handler, which answers on its own (archive_bus). */
+ * handler, which answers on its own (on_sigbus). */
 static volatile sig_atomic_t answer_fd = 1, answer_mid_line;
 
 static void w_flush(writer *w)
@@ -251,8 +251,8 @@ static int read_line(reader *r, size_t *len)
             }
             if (r->timeout_ms > 0) {
                 struct pollfd p = { r->fd, POLLIN, 0 };
-                double left = deadline - now_ms();
-                int ready = poll(&p, 1, left > 0 ? (int)left + 1 : 0);
+                double left = deadline - now_ms();   /* for the whole line: a trickle does not reset it */
+                int ready = left > 0 ? poll(&p, 1, (int)left + 1) : 0;
                 if (ready < 0 && errno != EINTR) return LINE_ERROR;
                 if (ready == 0) return LINE_IDLE;
                 if (ready < 0) continue;
