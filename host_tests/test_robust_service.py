@@ -118,7 +118,7 @@ def test_truncated_archive_is_an_answer_and_exit_3_not_sigbus(needle_file, tmp_p
 def test_archive_rewritten_in_place_same_size_same_mtime_is_refused(needle_file, tmp_path):
     archive = archive_copy(tmp_path)
     svc = PipeService(needle_file, archive)
-    first = ok(svc.ask(request(prompt="hello", max_new=3)))
+    ok(svc.ask(request(prompt="hello", max_new=3)))
     before = os.stat(archive)
     data = bytearray(archive.read_bytes())
     for i in range(len(data) // 2, len(data)):      # other weights, the same size
@@ -130,7 +130,6 @@ def test_archive_rewritten_in_place_same_size_same_mtime_is_refused(needle_file,
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
     answer = svc.ask(request(prompt="hello", max_new=3))
     status, stderr, _ = svc.end()
-    assert answer.get("text") != first["text"] or answer["ok"] is False
     assert_archive_refusal(answer, status, stderr, "rewritten in place", "renaming a new file into place")
 
 
