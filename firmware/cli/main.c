@@ -18,8 +18,9 @@
  *                                               manifest order; engines built with head_tokens=N)
  *   needle --serve [--socket PATH]              service: JSON-line requests on standard input (or
  *          [--tools FILE.json] [--max-new N]    the Unix socket PATH), one session each, the KV
- *                                               cache kept between requests (cli/serve.c,
- *                                               docs/serve.md; Linux boards only)
+ *          [--idle-timeout S]                   cache kept between requests (cli/serve.c,
+ *                                               docs/serve.md; Linux boards only); a socket
+ *                                               client idle for S seconds is dropped
  *   needle --info                               geometry, memory and provenance
  *   needle --snapshot-save FILE                 the state after the built-in tools' constant
  *                                               prompt prefix, for the firmware's prefix
@@ -318,7 +319,8 @@ static void usage(void)
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
           "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE] [--prefill K]\n"
-          "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]   (docs/serve.md)\n"
+          "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N] [--idle-timeout S]\n"
+          "              (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
 #ifdef NEEDLE_TOOLS_BUILTIN
           "       needle --snapshot-save FILE   (the built-in tools' prefix state; docs/snapshot.md)\n"
@@ -333,12 +335,13 @@ static void usage(void)
 }
 
 /* --serve on a board without the service (bare metal, or a harness built with NEEDLE_NO_SERVE). */
-static int serve(const char *socket_path, const char *tools_json, size_t tools_len, uint32_t max_new)
+static int serve(const char *socket_path, const char *archive, const char *tools_json, size_t tools_len,
+                 uint32_t max_new, uint32_t idle_timeout)
 {
 #if defined(__linux__) && !defined(NEEDLE_NO_SERVE)
-    return needle_serve(socket_path, tools_json, tools_len, max_new);
+    return needle_serve(socket_path, archive, tools_json, tools_len, max_new, idle_timeout);
 #else
-    (void)socket_path; (void)tools_json; (void)tools_len; (void)max_new;
+    (void)socket_path; (void)archive; (void)tools_json; (void)tools_len; (void)max_new; (void)idle_timeout;
 #ifdef __linux__
     return hal_fail(2, "--serve is not built into this program (NEEDLE_NO_SERVE)");
 #else
@@ -351,12 +354,13 @@ static int cli(int argc, char **argv)
 {
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL, *date = NULL;
-    uint32_t max_new = 96, bench = 0, threads = 0, prefill = 0;
-    int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0;
+    uint32_t max_new = 96, bench = 0, threads = 0, prefill = 0, idle_timeout = NEEDLE_SERVE_IDLE_TIMEOUT;
+    int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0, idle_given = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
-                                        "--raw", "--force-call", "--reply", "--snapshot-save", "--date", "--prefill" };
+                                        "--raw", "--force-call", "--reply", "--snapshot-save", "--date", "--prefill",
+                                        "--idle-timeout" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -371,7 +375,8 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--archive") ? &archive
                           : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply
                           : !strcmp(a, "--snapshot-save") ? &snapshot : !strcmp(a, "--date") ? &date : NULL;
-        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads") || !strcmp(a, "--prefill")) {
+        if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads") || !strcmp(a, "--prefill")
+            || !strcmp(a, "--idle-timeout")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--max-new")) max_new_given = 1;
@@ -379,6 +384,11 @@ static int cli(int argc, char **argv)
             else if (!strcmp(a, "--prefill")) {
                 if (parse_u32(v, NEEDLE_MAX_SEQ, &prefill) || prefill == 0)
                     return hal_fail(2, "--prefill wants an integer between 1 and %u, not \"%s\"", NEEDLE_MAX_SEQ, v);
+            }
+            else if (!strcmp(a, "--idle-timeout")) {
+                idle_given = 1;
+                if (parse_u32(v, 86400u, &idle_timeout))
+                    return hal_fail(2, "--idle-timeout wants whole seconds from 0 (never) to 86400, not \"%s\"", v);
             }
             else if (!strcmp(a, "--threads")) {
                 if (parse_u32(v, NEEDLE_THREADS, &threads) || threads == 0)
@@ -408,6 +418,10 @@ static int cli(int argc, char **argv)
         }
     }
     if (socket_path && !serving) return hal_fail(2, "--socket goes with --serve");
+    if (idle_given && !socket_path)
+        return hal_fail(2, "--idle-timeout goes with --serve --socket (standard input has one client)");
+    if (socket_path && !*socket_path)   /* Linux would bind an abstract socket no path reaches */
+        return hal_fail(2, "--socket \"\": the path is empty: pass the socket file's path, e.g. /var/run/needle.sock");
     /* --serve takes the tools file alone: the query comes with each request */
     int modes = (text != NULL) + (query != NULL || (tools != NULL && !serving)) + (tokens != NULL) + info
               + (bench != 0) + serving + (snapshot != NULL);
@@ -418,7 +432,7 @@ static int cli(int argc, char **argv)
     if (snapshot) return hal_fail(2, "--snapshot-save needs built-in tools (scons tools=FILE)");
 #endif
     if (serving && (system || plain_markers || print_ids || logits || heads))
-        return hal_fail(2, "--serve takes only --socket, --tools, --max-new and --archive: system, plain_markers "
+        return hal_fail(2, "--serve takes only --socket, --tools, --max-new, --idle-timeout and --archive: system, plain_markers "
                        "and the rest come with each request (docs/serve.md)");
     if ((logits || heads || prefill) && !tokens) return hal_fail(2, "--logits, --heads and --prefill go with --tokens");
     if (system && (!query || serving)) return hal_fail(2, "--system goes with --query");
@@ -461,7 +475,7 @@ static int cli(int argc, char **argv)
     if (archive) return hal_fail(2, "this engine carries its archive linked in: drop --archive");
 #endif
 #if !defined(__linux__) || defined(NEEDLE_NO_SERVE)
-    if (serving) return serve(socket_path, NULL, 0, max_new);   /* refused before anything runs */
+    if (serving) return serve(socket_path, NULL, NULL, 0, max_new, 0);   /* refused before anything runs */
 #endif
 
     const char *tools_json = NULL;
@@ -513,7 +527,7 @@ static int cli(int argc, char **argv)
             return hal_fail(2, "%s: %s", tools, err);    /* the service's calls are constrained by it */
         if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);   /* --raw, --ids */
     }
-    if (serving) return serve(socket_path, tools ? tools_json : NULL, tools_len, max_new);
+    if (serving) return serve(socket_path, archive, tools ? tools_json : NULL, tools_len, max_new, idle_timeout);
     return generate(text, strlen(text), NULL, 0, max_new, max_new_given);
 }
 

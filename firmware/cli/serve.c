@@ -1,6 +1,6 @@
 /* serve.c -- `needle --serve`: the engine as a long-running service (Linux boards only).
  *
- *   needle --serve [--socket PATH] [--tools FILE.json] [--max-new N]
+ *   needle --serve [--socket PATH] [--tools FILE.json] [--max-new N] [--idle-timeout S]
  *
  * Requests are JSON lines: one JSON object per line, one answer object per line.  Without
  * --socket they come on standard input and the answers go to standard output (a pipe,
@@ -16,10 +16,19 @@
  *
  * No heap: every buffer is static.  A malformed request (invalid JSON or UTF-8, an unknown
  * key, a wrong type, a line over NEEDLE_SERVE_LINE_MAX bytes) is answered with an error
- * object and the service goes on.
+ * object and the service goes on.  A socket client that sends no whole request, or takes no
+ * answer, for --idle-timeout seconds is disconnected, so one client cannot hold the service.
+ *
+ * An archive read from a file (placement `file`) is watched: before each request and before
+ * each answer needle_archive_changed() asks whether the file was truncated, rewritten in place
+ * or replaced since start; if so, and if a truncation makes the engine read past the file's
+ * end (SIGBUS), the request gets an error answer and the service exits with status 3, so that
+ * procd or systemd restarts it on the file now there (docs/serve.md, "The archive file").
  */
-#define _POSIX_C_SOURCE 200809L   /* sigaction, lstat, clock_gettime under -std=c11 */
+#define _POSIX_C_SOURCE 200809L   /* sigaction, lstat, clock_gettime, poll under -std=c11 */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,7 +52,7 @@
 #define JSON_DEPTH     NEEDLE_PROMPT_MAX_DEPTH
 #define IM_END         "<|im_end|>"
 
-static char line[LINE_MAX_BYTES + 1];          /* the request being answered */
+static char line[LINE_MAX_BYTES + 2];          /* the request being answered (a CR may follow the limit) */
 static char rbuf[4096];                        /* bytes read ahead of it */
 static char wbuf[4096];                        /* the answer being written */
 static char prompt[NEEDLE_TOK_MAX_TEXT + 1];   /* a rendered tool-calling prompt */
@@ -88,28 +97,87 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+/* s[0..n) as the inside of a JSON string (RFC 8259): quote and backslash escaped, control
+ * characters as \u00XX, valid UTF-8 as it is, any invalid byte as \ufffd (the replacement
+ * character); the pieces go to put(user, ...). */
+static void json_escape(const char *s, size_t n, void (*put)(void *, const char *, size_t), void *user)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t run = i;   /* bytes that need no escaping go out in one piece */
+        for (;;) {
+            if (run >= n || u[run] < 0x20 || u[run] == '"' || u[run] == '\\') break;
+            size_t k = u[run] < 0x80 ? 1 : utf8_seq(u + run, n - run);
+            if (!k) break;
+            run += k;
+        }
+        put(user, s + i, run - i);
+        i = run;
+        if (i >= n) break;
+        if (u[i] == '"' || u[i] == '\\') {
+            char esc[2] = { '\\', (char)u[i] };
+            put(user, esc, 2);
+        } else if (u[i] < 0x20) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\u%04x", (unsigned)u[i]);
+            put(user, esc, 6);
+        } else {
+            put(user, "\\ufffd", 6);
+        }
+        i++;
+    }
+}
+
+/* A bounded text buffer for json_escape (cut when full, always NUL-terminated). */
+typedef struct { char *p; size_t n, cap; } textbuf;
+
+static void t_put(void *user, const char *s, size_t n)
+{
+    textbuf *b = user;
+    size_t k = b->cap - 1 - b->n < n ? b->cap - 1 - b->n : n;
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
+
 /* ==================================================================================
  * Output: one buffered writer per connection
  * ================================================================================== */
 typedef struct {
     int fd;
-    size_t n;      /* bytes in wbuf */
-    int failed;    /* a write failed (errno in err): the peer is gone */
+    size_t n;        /* bytes in wbuf */
+    int failed;      /* a write failed (errno in err): the peer is gone, or took nothing in time */
     int err;
+    int timeout_ms;  /* > 0: a flush that the peer does not take within it fails (ETIMEDOUT) */
 } writer;
+
+/* The descriptor answers go to, and whether a line of it is half written: for the SIGBUS
+ * handler, which answers on its own (on_sigbus). */
+static volatile sig_atomic_t answer_fd = 1, answer_mid_line;
 
 static void w_flush(writer *w)
 {
+    const double deadline = now_ms() + w->timeout_ms;
     for (size_t off = 0; off < w->n && !w->failed;) {
         ssize_t k = write(w->fd, wbuf + off, w->n - off);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            w->failed = 1;
-            w->err = errno;
-        } else {
+        if (k >= 0) {
             off += (size_t)k;
+            continue;
         }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {   /* a non-blocking peer that is full */
+            struct pollfd p = { w->fd, POLLOUT, 0 };
+            double left = deadline - now_ms();
+            int ready = poll(&p, 1, w->timeout_ms <= 0 ? -1 : left > 0 ? (int)left + 1 : 0);
+            if (ready > 0 || (ready < 0 && errno == EINTR)) continue;
+            w->failed = 1;
+            w->err = ready == 0 ? ETIMEDOUT : errno;
+            break;
+        }
+        w->failed = 1;
+        w->err = errno;
     }
+    if (w->n && !w->failed) answer_mid_line = wbuf[w->n - 1] != '\n';
     w->n = 0;
 }
 
@@ -127,6 +195,8 @@ static void w_put(writer *w, const char *s, size_t n)
 
 static void w_str(writer *w, const char *s) { w_put(w, s, strlen(s)); }
 
+static void w_sink(void *user, const char *s, size_t n) { w_put(user, s, n); }
+
 static void w_fmt(writer *w, const char *fmt, ...)
 {
     char b[96];
@@ -137,33 +207,11 @@ static void w_fmt(writer *w, const char *fmt, ...)
     if (n > 0) w_put(w, b, (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
 }
 
-/* s[0..n) as a JSON string (RFC 8259): quote and backslash escaped, control characters as
- * \u00XX, valid UTF-8 as it is, any invalid byte as \ufffd (the replacement character). */
+/* s[0..n) as a JSON string (json_escape). */
 static void w_json_string(writer *w, const char *s, size_t n)
 {
-    const unsigned char *u = (const unsigned char *)s;
     w_put(w, "\"", 1);
-    for (size_t i = 0; i < n;) {
-        size_t run = i;   /* bytes that need no escaping go out in one piece */
-        for (;;) {
-            if (run >= n || u[run] < 0x20 || u[run] == '"' || u[run] == '\\') break;
-            size_t k = u[run] < 0x80 ? 1 : utf8_seq(u + run, n - run);
-            if (!k) break;
-            run += k;
-        }
-        w_put(w, s + i, run - i);
-        i = run;
-        if (i >= n) break;
-        if (u[i] == '"' || u[i] == '\\') {
-            char esc[2] = { '\\', (char)u[i] };
-            w_put(w, esc, 2);
-        } else if (u[i] < 0x20) {
-            w_fmt(w, "\\u%04x", (unsigned)u[i]);
-        } else {
-            w_str(w, "\\ufffd");
-        }
-        i++;
-    }
+    json_escape(s, n, w_sink, w);
     w_put(w, "\"", 1);
 }
 
@@ -180,14 +228,19 @@ typedef struct {
     int fd;
     size_t start, end;   /* unread bytes rbuf[start..end) */
     int eof;
+    int timeout_ms;      /* > 0: a whole line must arrive within it (LINE_IDLE) */
 } reader;
 
-enum { LINE_OK, LINE_LONG, LINE_EOF, LINE_ERROR };
+enum { LINE_OK, LINE_LONG, LINE_EOF, LINE_ERROR, LINE_IDLE };
 
 /* The next line into line[0..*len) (NUL-terminated, newline dropped; the last line may lack
- * its newline).  A line over LINE_MAX_BYTES is read to its end and dropped: LINE_LONG. */
+ * its newline).  A line over LINE_MAX_BYTES (a CR before its newline not counted: CRLF line
+ * ends) is read to its end and dropped: LINE_LONG, with its first LINE_MAX_BYTES bytes in
+ * line[0..*len), whose id is echoed when it can be.  With a timeout, a line that does not
+ * arrive whole within it is LINE_IDLE. */
 static int read_line(reader *r, size_t *len)
 {
+    const double deadline = now_ms() + r->timeout_ms;
     size_t n = 0;
     int over = 0, any = 0;
     for (;;) {
@@ -196,8 +249,21 @@ static int read_line(reader *r, size_t *len)
                 if (!any) return LINE_EOF;
                 break;
             }
+            if (r->timeout_ms > 0) {
+                struct pollfd p = { r->fd, POLLIN, 0 };
+                double left = deadline - now_ms();   /* for the whole line: a trickle does not reset it */
+                int ready = left > 0 ? poll(&p, 1, (int)left + 1) : 0;
+                if (ready < 0 && errno != EINTR) return LINE_ERROR;
+                if (ready == 0) return LINE_IDLE;
+                if (ready < 0) continue;
+            }
             ssize_t k = read(r->fd, rbuf, sizeof rbuf);
             if (k < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {   /* a non-blocking descriptor */
+                    struct pollfd p = { r->fd, POLLIN, 0 };
+                    if (r->timeout_ms <= 0) poll(&p, 1, -1);
+                    continue;
+                }
                 if (errno == EINTR) continue;
                 return LINE_ERROR;
             }
@@ -209,14 +275,17 @@ static int read_line(reader *r, size_t *len)
         any = 1;
         char *from = rbuf + r->start, *nl = memchr(from, '\n', r->end - r->start);
         size_t take = nl ? (size_t)(nl - from) : r->end - r->start;
-        if (!over && n + take > LINE_MAX_BYTES) over = 1;
-        if (!over) {
-            memcpy(line + n, from, take);
-            n += take;
+        if (!over) {   /* room for the limit and a CR */
+            size_t room = LINE_MAX_BYTES + 1 - n, k = take < room ? take : room;
+            memcpy(line + n, from, k);
+            n += k;
+            over = take > k;
         }
         r->start += take + (nl != NULL);
         if (nl) break;
     }
+    if (n > LINE_MAX_BYTES && line[n - 1] != '\r') over = 1;
+    if (over && n > LINE_MAX_BYTES) n = LINE_MAX_BYTES;
     line[n] = 0;
     *len = n;
     return over ? LINE_LONG : LINE_OK;
@@ -448,16 +517,21 @@ static void problem(request *r, const char *fmt, ...)
     r->problem = msg;
 }
 
-/* A key for a message: at most 40 bytes, cut at a character boundary. */
-static int key_shown(const char *key, size_t len)
+/* A key for a message, as JSON writes it (a key "\u0000" shows as that, not as ""): at most
+ * 40 bytes of it, cut at a character boundary, escaped. */
+static const char *key_shown(const char *key, size_t len)
 {
+    static char shown[40 * 6 + 1];
+    textbuf b = { shown, 0, sizeof shown };
     size_t n = 0;
     while (n < len && n < 40) {
         size_t k = utf8_seq((const unsigned char *)key + n, len - n);
         if (!k || n + k > 40) break;
         n += k;
     }
-    return (int)n;
+    shown[0] = 0;
+    json_escape(key, n, t_put, &b);
+    return shown;
 }
 
 static const char KEYS[] = "prompt, query, results, tools, system, date, max_new, plain_markers, raw, force_call, "
@@ -509,7 +583,7 @@ static void parse_request(json *j, request *r)
             char *start = j->p;
             int integer = 0;
             if (k == sizeof names / sizeof names[0]) {
-                problem(r, "unknown key \"%.*s\" (the keys are %s)", key_shown(ks, klen), ks, KEYS);
+                problem(r, "unknown key \"%s\" (the keys are %s)", key_shown(ks, klen), KEYS);
                 if (jvalue(j)) return;
             } else if (seen & 1u << k) {
                 problem(r, "\"%s\" given twice: give it once", names[k]);
@@ -583,6 +657,24 @@ static void parse_request(json *j, request *r)
     if (j->p < j->end) jfail(j, "text after the request object (one object per line)");
 }
 
+/* A line refused before it is parsed (invalid UTF-8 from byte `valid` on, or the first part of
+ * an over-long line): parsed up to there, for its id when the id came first.  An integer id
+ * that reaches the cut may be cut itself: not echoed. */
+static void parse_prefix(request *r, size_t valid)
+{
+    json j = { line, line + valid, line, NULL };
+    parse_request(&j, r);
+    if (r->id && *r->id != '"' && r->id + r->id_len == line + valid) r->id = NULL;
+}
+
+/* Where valid UTF-8 ends in line[0..len). */
+static size_t utf8_valid(size_t len)
+{
+    size_t i = 0;
+    for (size_t k; i < len && (k = utf8_seq((const unsigned char *)line + i, len - i)); i += k) {}
+    return i;
+}
+
 /* ==================================================================================
  * Answers
  * ================================================================================== */
@@ -608,6 +700,110 @@ static void answer_error(writer *w, const request *r, const char *fmt, ...)
     w_str(w, ",\"error\":");
     w_json_string(w, m, strlen(m));
     w_str(w, "}\n");
+}
+
+/* A message of the library (the grammar, the constrained turn, the prompt renderer), written
+ * for the CLI, with the CLI's flags named as the request keys that set the same thing. */
+static const char *as_request_keys(const char *err)
+{
+    static const char *const flags[][2] = {
+        { "--force-call", "\"force_call\"" }, { "--max-new", "\"max_new\"" }, { "--system", "\"system\"" },
+        { "--plain-markers", "\"plain_markers\"" }, { "--date", "\"date\"" }, { "--raw", "\"raw\"" },
+        { "--reply", "\"results\"" },
+    };
+    static char out[1024];
+    size_t n = 0;
+    while (*err && n + 1 < sizeof out) {
+        size_t k = 0;
+        while (k < sizeof flags / sizeof flags[0] && strncmp(err, flags[k][0], strlen(flags[k][0]))) k++;
+        const char *from = k < sizeof flags / sizeof flags[0] ? flags[k][1] : err;
+        size_t len = k < sizeof flags / sizeof flags[0] ? strlen(from) : 1;
+        if (n + len + 1 > sizeof out) break;
+        memcpy(out + n, from, len);
+        n += len;
+        err += k < sizeof flags / sizeof flags[0] ? strlen(flags[k][0]) : 1;
+    }
+    out[n] = 0;
+    return out;
+}
+
+/* ---- the archive file, watched (placement `file`; docs/serve.md, "The archive file") ---- */
+static int archive_gone;                       /* it changed: the service ends after this answer */
+static char archive_why[1024];                 /* why, for the log line */
+#ifdef NEEDLE_ARCHIVE_FILE
+static const char *bus_id;                     /* the id of the request being answered, as written */
+static size_t bus_id_len;
+static char bus_answer[1200], bus_log[1200];   /* what the SIGBUS handler writes */
+static size_t bus_answer_len, bus_log_len;
+
+#define ARCHIVE_RESTART "the service stops (exit 3) so that procd or systemd restarts it"
+#define ARCHIVE_UPDATE  "update archives by renaming a new file into place, never by copying over the old one"
+
+/* A truncated archive file: the engine read past its new end.  The request gets its error
+ * answer, the log its line, and the process exits 3 (async-signal-safe: write and _exit). */
+static void on_sigbus(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    const uint8_t *at = info ? (const uint8_t *)info->si_addr : NULL;
+    if (!at || at < needle_cact || at >= needle_cact + NEEDLE_ARCHIVE_BYTES) {
+        signal(sig, SIG_DFL);   /* not the archive: the fault it is (returning re-raises it) */
+        return;
+    }
+    const int fd = answer_fd;
+    ssize_t ignored = 0;
+    if (answer_mid_line) ignored += write(fd, "\n", 1);
+    ignored += write(fd, "{", 1);
+    if (bus_id) {
+        ignored += write(fd, "\"id\":", 5);
+        ignored += write(fd, bus_id, bus_id_len);
+        ignored += write(fd, ",", 1);
+    }
+    ignored += write(fd, bus_answer, bus_answer_len);
+    ignored += write(2, bus_log, bus_log_len);
+    (void)ignored;
+    _exit(3);
+}
+
+/* The SIGBUS handler and its lines, made before any request. */
+static void archive_watch(const char *path)
+{
+    char m[1024];
+    snprintf(m, sizeof m, "archive %s was truncated on disk while this request was answered: " ARCHIVE_RESTART
+             "; " ARCHIVE_UPDATE " (docs/serve.md)", path ? path : "(the --archive file)");
+    textbuf b = { bus_answer, 0, sizeof bus_answer };
+    t_put(&b, "\"ok\":false,\"error\":\"", 20);
+    json_escape(m, strlen(m), t_put, &b);
+    t_put(&b, "\"}\n", 3);
+    bus_answer_len = b.n;
+    bus_log_len = (size_t)snprintf(bus_log, sizeof bus_log, "needle: error: %s\n", m);
+    if (bus_log_len >= sizeof bus_log) bus_log_len = sizeof bus_log - 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+#endif
+
+/* Is the archive file as it was at start?  If not, the request gets an error answer naming
+ * the change and the fix, and the service ends after it: 1. */
+static int archive_changed(writer *w, const request *r)
+{
+#ifdef NEEDLE_ARCHIVE_FILE
+    const char *why = needle_archive_changed();
+    if (!why) return 0;
+    if (strstr(why, "was replaced"))   /* the way to update: the mapping is intact, the new file waits */
+        snprintf(archive_why, sizeof archive_why, "%s: " ARCHIVE_RESTART " on the new file", why);
+    else
+        snprintf(archive_why, sizeof archive_why, "%s: " ARCHIVE_RESTART "; " ARCHIVE_UPDATE " (docs/serve.md)", why);
+    answer_error(w, r, "%s", archive_why);
+    archive_gone = 1;
+    return 1;
+#else
+    (void)w; (void)r;
+    return 0;
+#endif
 }
 
 /* The token hook: decode into text[]. */
@@ -651,12 +847,13 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
             needle_reset();
             pending = -1;
             call_open = 0;
-            answer_error(w, r, "engine error: %s (the session was reset)", err);
+            answer_error(w, r, "engine error: %s (the session was reset)", as_request_keys(err));
         } else {
-            answer_error(w, r, "%s", err);
+            answer_error(w, r, "%s", as_request_keys(err));
         }
         return;
     }
+    if (archive_changed(w, r)) return;   /* the answer would be the changed file's */
     envelope.retrieved_count = retrieval.n_chosen;      /* a results turn keeps its query's tools */
     envelope.retrieval_tokens = retrieval.tokens;
     memcpy(envelope.retrieved, retrieval.chosen, sizeof envelope.retrieved);
@@ -686,7 +883,7 @@ static void answer_results(writer *w, const request *r)
     memcpy(results_text, r->results, r->results_len);
     results_text[r->results_len] = 0;
     int32_t k = needle_call_reply_ids(results_text, ids, NEEDLE_MAX_SEQ, err, sizeof err);   /* ids[0]: the pending <|im_end|> */
-    if (k < 0) { answer_error(w, r, "\"results\": %s", err); return; }
+    if (k < 0) { answer_error(w, r, "\"results\": %s", as_request_keys(err)); return; }
     const uint32_t pos = needle_position();
     if (pos + (uint32_t)k >= NEEDLE_MAX_SEQ) {
         answer_error(w, r, "the results take %u tokens but the session has %u of max_seq_len %u left: send "
@@ -702,20 +899,26 @@ static void handle(writer *w, size_t len)
 {
     json j = { line, line + len, line, NULL };
     request r;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq((const unsigned char *)line + i, len - i);
-        if (!k) {
-            answer_error(w, NULL, "request is not valid UTF-8 (byte %zu): send UTF-8 text", i + 1);
-            return;
-        }
-        i += k;
+#ifdef NEEDLE_ARCHIVE_FILE
+    bus_id = NULL;
+#endif
+    size_t valid = utf8_valid(len);
+    if (valid < len) {
+        parse_prefix(&r, valid);
+        answer_error(w, r.id ? &r : NULL, "request is not valid UTF-8 (byte %zu): send UTF-8 text", valid + 1);
+        return;
     }
     parse_request(&j, &r);
+#ifdef NEEDLE_ARCHIVE_FILE
+    bus_id = r.id;
+    bus_id_len = r.id_len;
+#endif
     if (j.err) {
         answer_error(w, r.id ? &r : NULL, "request is not valid JSON: %s at byte %zu (send one JSON object per line)",
                      j.err, (size_t)(j.p - j.begin) + 1);
         return;
     }
+    if (archive_changed(w, &r)) return;
     if (r.problem) { answer_error(w, &r, "%s", r.problem); return; }
     int kinds = (r.prompt != NULL) + (r.query != NULL) + (r.results != NULL) + r.reset;
     if (kinds != 1) {
@@ -777,7 +980,7 @@ static void handle(writer *w, size_t len)
                                   &retrieval, err, sizeof err)
                 : tools;
             if (!list) {
-                answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+                answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", as_request_keys(err));
                 return;
             }
             if (list != tools) { tools = list; tools_len = chosen_len; }
@@ -785,12 +988,13 @@ static void handle(writer *w, size_t len)
         int n = needle_tool_prompt(tools, tools_len, r.query, system, r.plain_markers, prompt, sizeof prompt,
                                    plain, &n_plain, err, sizeof err);
         if (n < 0) {     /* E_TEXT: the query or system text, named in err, not the tool list */
-            answer_error(w, &r, "%s%s", n == NEEDLE_PROMPT_E_TEXT ? "" : r.tools ? "\"tools\": " : "the --tools file: ", err);
+            answer_error(w, &r, "%s%s", n == NEEDLE_PROMPT_E_TEXT ? "" : r.tools ? "\"tools\": " : "the --tools file: ",
+                         as_request_keys(err));
             return;
         }
         if (!r.raw) call_open = 0;    /* the grammar is replaced: the last call cannot be answered now */
         if (!r.raw && needle_call_grammar(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
-            answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", err);
+            answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", as_request_keys(err));
             return;
         }
         prompt_text = prompt;
@@ -839,6 +1043,7 @@ static void handle(writer *w, size_t len)
         return;
     }
     c.len += needle_tok_stream_finish(&c.stream, text + c.len);
+    if (archive_changed(w, &r)) return;   /* the text would be the changed file's */
     call_open = 0;
     pending = res.stop == NEEDLE_STOP_EOS ? -1 : (int32_t)res.last;
     uint32_t position = needle_position() + (pending >= 0);
@@ -859,13 +1064,21 @@ static void handle(writer *w, size_t len)
 /* ==================================================================================
  * Sessions and the socket
  * ================================================================================== */
-enum { SESSION_EOF, SESSION_WRITE, SESSION_READ };
+enum { SESSION_EOF, SESSION_WRITE, SESSION_READ, SESSION_IDLE, SESSION_ARCHIVE };
 
-/* Answer every line of `in` on `out` until `in` ends (or `out` fails).  A fresh session. */
-static int session(int in, int out, int *err)
+static uint32_t idle_timeout_s;   /* --idle-timeout: of a socket connection; 0: none */
+
+/* Answer every line of `in` on `out` until `in` ends (or `out` fails, or the archive file
+ * changed: SESSION_ARCHIVE).  A fresh session.  timeout_s > 0 (a socket connection): a
+ * request line must arrive whole, and an answer be taken, within it, or the connection
+ * ends (SESSION_IDLE after a last answer saying so, SESSION_WRITE). */
+static int session(int in, int out, uint32_t timeout_s, int *err)
 {
-    reader r = { in, 0, 0, 0 };
-    writer w = { out, 0, 0, 0 };
+    const int timeout_ms = timeout_s > 0 ? (int)(timeout_s * 1000u) : 0;
+    reader r = { in, 0, 0, 0, timeout_ms };
+    writer w = { out, 0, 0, 0, timeout_ms };
+    answer_fd = out;
+    answer_mid_line = 0;
     needle_reset();
     pending = -1;
     call_open = 0;
@@ -874,9 +1087,18 @@ static int session(int in, int out, int *err)
         int k = read_line(&r, &len);
         if (k == LINE_EOF) return SESSION_EOF;
         if (k == LINE_ERROR) { *err = errno; return SESSION_READ; }
+        if (k == LINE_IDLE) {
+            answer_error(&w, NULL, "no whole request line in %u s: the connection is closed (the service serves "
+                                   "one connection at a time; send each request within --idle-timeout seconds of "
+                                   "connecting or of the last answer, or connect again)", timeout_s);
+            w_flush(&w);
+            return SESSION_IDLE;
+        }
         if (k == LINE_LONG) {
-            answer_error(&w, NULL, "request line longer than %u bytes: send a shorter prompt or tools array "
-                                   "(the line was skipped)", LINE_MAX_BYTES);
+            request q;
+            parse_prefix(&q, utf8_valid(len));
+            answer_error(&w, q.id ? &q : NULL, "request line longer than %u bytes: send a shorter prompt or tools "
+                                               "array (the line was skipped)", LINE_MAX_BYTES);
         } else {
             if (len && line[len - 1] == '\r') line[--len] = 0;   /* CRLF line ends */
             size_t i = 0;
@@ -885,6 +1107,7 @@ static int session(int in, int out, int *err)
             handle(&w, len);
         }
         w_flush(&w);
+        if (archive_gone) return SESSION_ARCHIVE;
         if (w.failed) { *err = w.err; return SESSION_WRITE; }
     }
 }
@@ -925,13 +1148,19 @@ static int serve_socket(const char *path)
             close(fd);
             return hal_fail(1, "cannot accept a connection on %s: %s", path, strerror(e));
         }
+        if (idle_timeout_s > 0) fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);   /* writes with a deadline */
         int err = 0;
-        session(c, c, &err);   /* a client that went away only ends its own session */
+        int end = session(c, c, idle_timeout_s, &err);   /* a client that went away only ends its own session */
         close(c);
+        if (end == SESSION_ARCHIVE) {
+            close(fd);
+            return hal_fail(3, "%s", archive_why);
+        }
     }
 }
 
-int needle_serve(const char *socket_path, const char *tools_json, size_t tools_len, uint32_t max_new)
+int needle_serve(const char *socket_path, const char *archive_path, const char *tools_json, size_t tools_len,
+                 uint32_t max_new, uint32_t idle_timeout)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -941,13 +1170,21 @@ int needle_serve(const char *socket_path, const char *tools_json, size_t tools_l
     start_tools = tools_json;
     start_tools_len = tools_len;
     start_max_new = max_new;
+    idle_timeout_s = idle_timeout;
+#ifdef NEEDLE_ARCHIVE_FILE
+    archive_watch(archive_path);
+#else
+    (void)archive_path;
+#endif
     int32_t id = needle_tok_piece_id(IM_END, sizeof IM_END - 1);
     im_end_id = id >= 0 && (uint32_t)id < NEEDLE_OUT_VOCAB && needle_tok_piece_type((uint32_t)id) == NEEDLE_TOK_USER_DEFINED
               ? id : -1;
     hal_flush();
     if (socket_path) return serve_socket(socket_path);
     int err = 0;
-    switch (session(0, 1, &err)) {
+    switch (session(0, 1, 0, &err)) {
+    case SESSION_ARCHIVE:
+        return hal_fail(3, "%s", archive_why);
     case SESSION_WRITE:
         return hal_fail(1, "cannot write standard output: %s (check where it is redirected)", strerror(err));
     case SESSION_READ:

@@ -22,12 +22,19 @@
  * to the next newline and answered with an error. */
 #define NEEDLE_SERVE_LINE_MAX (64u * 1024u + NEEDLE_TOK_MAX_TEXT)
 
+/* The default of --idle-timeout: seconds a socket client may take to send a whole request
+ * line (from connecting or from its last answer) or to take an answer. */
+#define NEEDLE_SERVE_IDLE_TIMEOUT 30u
+
 /* Serve requests until standard input ends (socket_path NULL; exit status 0), or forever on
- * the Unix socket socket_path, one connection at a time.  tools_json[0..tools_len) is the
- * --tools file (already checked; NULL if none was given), max_new the default of a request's
- * "max_new".  Call after needle_boot().  Returns the exit status after printing one
- * "needle: error: ..." line on failure (1: I/O, e.g. the socket cannot be made). */
-int needle_serve(const char *socket_path, const char *tools_json, size_t tools_len,
-                 uint32_t max_new);
+ * the Unix socket socket_path, one connection at a time, dropping a connection that sends no
+ * whole request or takes no answer for idle_timeout seconds (0: never).  tools_json[0..tools_len)
+ * is the --tools file (already checked; NULL if none was given), max_new the default of a
+ * request's "max_new", archive_path the --archive file (placement `file`: watched, the
+ * service ends with status 3 when it changes on disk; NULL for a linked archive).  Call after
+ * needle_boot().  Returns the exit status after printing one "needle: error: ..." line on
+ * failure (1: I/O, e.g. the socket cannot be made; 3: the archive file changed). */
+int needle_serve(const char *socket_path, const char *archive_path, const char *tools_json, size_t tools_len,
+                 uint32_t max_new, uint32_t idle_timeout);
 
 #endif /* NEEDLE_SERVE_H */
