@@ -1550,6 +1550,43 @@ int needle_grammar_done(const needle_gstate *s) { return s->depth == 1 && s->f[0
 
 /* ---- shortest completion (grammar.py min_bytes) */
 
+/* (bytes still to write, lo, hi) into out: the code points the character in progress of a
+ * string frame can still become, grouped by the bytes left to finish it (grammar.py
+ * _pending_chars).  After a backslash the short escapes cost one more byte and the \u00XX
+ * controls five, so the shortest completion looks at the characters the pattern can take. */
+static uint32_t pending_chars(const needle_gframe *f, uint32_t out[10][3])
+{
+    static const uint32_t long_ctrl[3][2] = { {0x00, 0x07}, {0x0B, 0x0B}, {0x0E, 0x1F} };
+    static const uint8_t short_esc[7] = { 0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x22, 0x5C };
+    uint32_t m = 0;
+    if (f->need) {          /* a UTF-8 character: the code points its next byte's range leaves */
+        const uint32_t k = 6u * (f->need - 1u);
+        out[0][0] = f->need;
+        out[0][1] = ((f->cp << 6) | (f->lo & 0x3Fu)) << k;
+        out[0][2] = (((f->cp << 6) | (f->hi & 0x3Fu)) << k) | ((1u << k) - 1u);
+        return 1;
+    }
+    if (f->esc == 1)
+        for (uint32_t i = 0; i < 7; i++) {
+            out[m][0] = 1;
+            out[m][1] = out[m][2] = short_esc[i];
+            m++;
+        }
+    for (uint32_t i = 0; i < 3; i++) {
+        uint32_t lo = long_ctrl[i][0], hi = long_ctrl[i][1];
+        if (f->esc == 5) {  /* \u00 and the high hex digit (in cp) */
+            if (lo > f->cp + 15u || f->cp > hi) continue;
+            if (lo < f->cp) lo = f->cp;
+            if (hi > f->cp + 15u) hi = f->cp + 15u;
+        }
+        out[m][0] = f->esc == 1 ? 5u : f->esc == 5 ? 1u : 6u - f->esc;
+        out[m][1] = lo;
+        out[m][2] = hi;
+        m++;
+    }
+    return m;
+}
+
 static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
 {
     const needle_gnode *n = N(g, f);
@@ -1560,18 +1597,15 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
     if (n->n_item) {
         uint32_t chars = INF;
         const uint32_t *rest = g->rest + n->rest0;
-        if (pending) {
-            uint32_t lo = 0, hi = 0;
-            if (f->need) {      /* a UTF-8 character: the code points its next byte's range leaves */
-                const uint32_t k = 6u * (f->need - 1u);
-                lo = ((f->cp << 6) | (f->lo & 0x3Fu)) << k;
-                hi = (((f->cp << 6) | (f->hi & 0x3Fu)) << k) | ((1u << k) - 1u);
-            }
-            for (uint32_t i = 0; i < n->n_item; i++)
-                if ((f->set >> i & 1u) && (!f->need || item_hits(g, &g->item[n->item0 + i], lo, hi))) {
-                    uint32_t r = g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u];
-                    if (r < chars) chars = r;
-                }
+        if (pending) {      /* the character in progress: exact over the characters it can still become */
+            uint32_t cand[10][3], m = pending_chars(f, cand);   /* 7 short escapes, 3 control ranges */
+            for (uint32_t c = 0; c < m; c++)
+                for (uint32_t i = 0; i < n->n_item; i++)
+                    if ((f->set >> i & 1u) && item_hits(g, &g->item[n->item0 + i], cand[c][1], cand[c][2])) {
+                        uint32_t r = cand[c][0] + (g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u]);
+                        if (r < chars) chars = r;
+                    }
+            return (chars == INF ? pending : chars) + 1u;
         } else {
             for (uint32_t i = 0; i <= n->n_item; i++)
                 if ((f->set >> i & 1u) && rest[i] < chars) chars = rest[i];
