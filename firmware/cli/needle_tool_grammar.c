@@ -135,7 +135,10 @@ static int32_t number_min_extra(const needle_gnode *n, int neg, int64_t P, int n
                 int64_t p0, p1;
                 if (ndig == 0) { p0 = j == 1 ? 0 : POW10[j - 1]; p1 = POW10[j] - 1; }
                 else { p0 = P * POW10[j]; p1 = (P + 1) * POW10[j] - 1; }
-                if (sg == 1 && !is_num && p1 == 0) continue;
+                if (sg == 1 && !is_num && p0 == 0) {   /* "-0" is not an integer we write */
+                    if (p1 == 0) continue;
+                    p0 = 1;     /* (counting it let '-' in under minimum 0, then nothing fit) */
+                }
                 if (lattice_hit(p0 * POW10[k], (p1 + 1) * POW10[k] - 1, POW10[kmax - k], lo, hi, n->mult)) {
                     best = cost;
                     break;

@@ -104,8 +104,10 @@ def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) ->
                     p1 = 10 ** j - 1
                 else:
                     p0, p1 = P * 10 ** j, (P + 1) * 10 ** j - 1
-                if sg == 1 and not is_num and p1 == 0:   # "-0" is not an integer we write
-                    continue
+                if sg == 1 and not is_num and p0 == 0:   # "-0" is not an integer we write
+                    if p1 == 0:
+                        continue
+                    p0 = 1      # (counting it let '-' in under minimum 0, then nothing fit)
                 c0, c1 = p0 * 10 ** k, (p1 + 1) * 10 ** k - 1
                 if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
                     best = cost
