@@ -230,6 +230,25 @@ def test_a_tool_whose_shortest_call_cannot_fit_the_envelope_is_refused_at_load(d
     assert run_driver(driver, tmp_path, fits, True, []) == ["OK 4096"]
 
 
+DEEP = ('{"type":"array","minItems":4096,"items":{"type":"array","minItems":4096,"items":'
+        '{"type":"string","minLength":4096}}}')
+
+
+def test_shortest_lengths_too_big_for_32_bits_saturate_alike(driver, tmp_path, walker):  # noqa: F811
+    """4096 x 4096 x 4098 bytes wrapped round 32 bits in C (a few bytes: C would think the
+    property short and dead-end inside it); both twins now saturate a node's shortest text
+    at 32768, far above anything the envelope holds."""
+    msg = refused_alike(driver, tmp_path, one_property(DEEP))
+    assert msg.startswith('tool "t": its shortest call takes more than 32768 bytes but a call list holds 4096')
+    text = '[{"name":"t","parameters":{"type":"object","properties":{"s":%s,"b":{"type":"boolean"}}}}]' % DEEP
+    g = compile_tools(text, force_call=True)
+    cases = [HEAD + b"[", HEAD + b"[[", b'[{"name":"t","arguments":{"b":true}}]']
+    assert run_driver(driver, tmp_path, text, True, cases) == python_driver(g, cases)
+    assert gm.min_bytes(g, gm.feed_bytes(g, gm.start(g), HEAD)) > 4096      # never chosen under the envelope
+    for data, finished in fz.run_walker(walker, [(text, True, 3, 6, 100)])[0][2]:
+        assert finished and not fz.schema_errors(text, data, True)
+
+
 def test_the_python_call_command_refuses_it(tmp_path):
     tools = tmp_path / "tools.json"
     tools.write_text(BIG)

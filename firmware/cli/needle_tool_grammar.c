@@ -17,6 +17,10 @@
 #define MAX_REPEAT        32
 #define MAX_CP            0x10FFFFu
 #define INF               0x3FFFFFFFu
+/* A node's shortest text is saturated here (schema.py MB_CAP): far above the 4096 bytes a call
+ * list may hold, and low enough that no product or sum of them overflows 32 bits (minItems
+ * 4096 of minItems 4096 of minLength 4096 once wrapped round to a few bytes). */
+#define MB_CAP            32768u
 
 static const char CALL_HEAD[] = "{\"name\":";
 static const char CALL_MID[] = ",\"arguments\":";
@@ -959,12 +963,13 @@ static int array_done(ng_comp *c, uint32_t idx)
             return -1;
         }
     }
+    uint64_t mb = 2u + (n->min_len > 1 ? (uint64_t)n->min_len - 1u : 0u);
     if (n->unique) {   /* distinct values: the min_len shortest alternatives */
-        n->min_bytes = 2u + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
-        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) n->min_bytes += unique_item(&c->v, ch, 0, j);
+        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) mb += unique_item(&c->v, ch, 0, j);
     } else {
-        n->min_bytes = 2u + (uint32_t)n->min_len * ch->min_bytes + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
+        mb += (uint64_t)n->min_len * ch->min_bytes;
     }
+    n->min_bytes = mb > MB_CAP ? MB_CAP : (uint32_t)mb;
     return 0;
 }
 
@@ -1055,7 +1060,8 @@ static int object_next(ng_comp *c, ng_tasks *q, const ng_task *task)
     uint32_t total = 2, cnt = 0;
     for (uint32_t k = 0; k < n->n_ref; k++)
         if (n->required >> k & 1u) { total += g->ref[n->ref0 + k].len + 1u + g->node[g->sub[n->sub0 + k]].min_bytes; cnt++; }
-    n->min_bytes = total + (cnt ? cnt - 1u : 0u);
+    total += cnt ? cnt - 1u : 0u;
+    n->min_bytes = total > MB_CAP ? MB_CAP : total;
     return 0;
 }
 
@@ -1319,7 +1325,8 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
             err_s(&c.e, "tool ");
             err_str(&c.e, t + g->ref[cn->ref0 + i].off, g->ref[cn->ref0 + i].len);
             err_s(&c.e, ": its shortest call takes ");
-            err_u(&c.e, shortest);
+            if (g->node[g->sub[cn->sub0 + i]].min_bytes >= MB_CAP) err_s(&c.e, "more than 32768");
+            else err_u(&c.e, shortest);
             err_s(&c.e, " bytes but a call list holds 4096 (NEEDLE_CALL_MAX_JSON): relax its minLength, "
                         "minItems or required arguments");
             return -1;

@@ -38,6 +38,8 @@ MAX_NUM_INT_DIGITS = 12  # digits before the point of a "number"
 BIG = 10 ** 18 - 1      # bounds are clamped to [-BIG, BIG] (in units of the node's scale)
 NUM_SCALE = 10 ** MAX_DECIMALS
 CALL_MAX_JSON = 4096    # bytes of the call list an envelope keeps (NEEDLE_CALL_MAX_JSON)
+MB_CAP = 32768          # a node's shortest text is saturated here (far above any call that fits;
+                        # the C twin's 32-bit sums never overflow)
 
 # pattern items
 P_ONE, P_OPT, P_STAR = 0, 1, 2
@@ -368,6 +370,7 @@ class _Compiler:
             node.min_bytes = 2 + sum(sorted(len(a) for a in child.alts)[:node.min_len]) + max(0, node.min_len - 1)
         else:
             node.min_bytes = 2 + node.min_len * child.min_bytes + max(0, node.min_len - 1)
+        node.min_bytes = min(MB_CAP, node.min_bytes)
         return idx
 
     def object(self, s: JVal, where: str, depth: int) -> int:
@@ -395,7 +398,7 @@ class _Compiler:
                 node.required |= 1 << names.index(v.value)
         need = [self.nodes[p].min_bytes + len(k) + 1 for i, (k, p) in enumerate(zip(node.keys, node.props))
                 if node.required >> i & 1]
-        node.min_bytes = 2 + sum(need) + max(0, len(need) - 1)
+        node.min_bytes = min(MB_CAP, 2 + sum(need) + max(0, len(need) - 1))
         return idx
 
 
@@ -454,7 +457,8 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
     for name, a, p in zip(names, call.alts, call.props):   # a call that can never fit the envelope
         shortest = 2 + len(CALL_HEAD) + len(a) + len(CALL_MID) + comp.nodes[p].min_bytes + 1
         if shortest > CALL_MAX_JSON:
-            raise CactError(f"tool {a.decode()}: its shortest call takes {shortest} bytes but a call list "
+            took = "more than 32768" if comp.nodes[p].min_bytes >= MB_CAP else shortest
+            raise CactError(f"tool {a.decode()}: its shortest call takes {took} bytes but a call list "
                             f"holds {CALL_MAX_JSON} (NEEDLE_CALL_MAX_JSON): relax its minLength, "
                             f"minItems or required arguments")
     # {"name":"N","arguments":{...}}
