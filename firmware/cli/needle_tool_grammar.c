@@ -1677,41 +1677,37 @@ int needle_grammar_done(const needle_gstate *s) { return s->depth == 1 && s->f[0
 
 /* ---- shortest completion (grammar.py min_bytes) */
 
-/* (bytes still to write, lo, hi) into out: the code points the character in progress of a
- * string frame can still become, grouped by the bytes left to finish it (grammar.py
- * _pending_chars).  After a backslash the short escapes cost one more byte and the \u00XX
- * controls five, so the shortest completion looks at the characters the pattern can take. */
-static uint32_t pending_chars(const needle_gframe *f, uint32_t out[10][3])
+/* The k-th group of code points the character in progress of a string frame can still
+ * become, and the bytes left to finish it (grammar.py _pending_chars): 1 and *cost, *lo, *hi;
+ * 2: the group is empty (skip it); 0: no more.  After a backslash the short escapes cost one
+ * more byte and the \u00XX controls five, so the shortest completion looks at the characters
+ * the pattern can take.  (One group at a time: no table on the matcher's stack.) */
+static int pending_char(const needle_gframe *f, uint32_t k, uint32_t *cost, uint32_t *lo, uint32_t *hi)
 {
     static const uint32_t long_ctrl[3][2] = { {0x00, 0x07}, {0x0B, 0x0B}, {0x0E, 0x1F} };
     static const uint8_t short_esc[7] = { 0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x22, 0x5C };
-    uint32_t m = 0;
     if (f->need) {          /* a UTF-8 character: the code points its next byte's range leaves */
-        const uint32_t k = 6u * (f->need - 1u);
-        out[0][0] = f->need;
-        out[0][1] = ((f->cp << 6) | (f->lo & 0x3Fu)) << k;
-        out[0][2] = (((f->cp << 6) | (f->hi & 0x3Fu)) << k) | ((1u << k) - 1u);
+        if (k) return 0;
+        const uint32_t s = 6u * (f->need - 1u);
+        *cost = f->need;
+        *lo = ((f->cp << 6) | (f->lo & 0x3Fu)) << s;
+        *hi = (((f->cp << 6) | (f->hi & 0x3Fu)) << s) | ((1u << s) - 1u);
         return 1;
     }
-    if (f->esc == 1)
-        for (uint32_t i = 0; i < 7; i++) {
-            out[m][0] = 1;
-            out[m][1] = out[m][2] = short_esc[i];
-            m++;
-        }
-    for (uint32_t i = 0; i < 3; i++) {
-        uint32_t lo = long_ctrl[i][0], hi = long_ctrl[i][1];
-        if (f->esc == 5) {  /* \u00 and the high hex digit (in cp) */
-            if (lo > f->cp + 15u || f->cp > hi) continue;
-            if (lo < f->cp) lo = f->cp;
-            if (hi > f->cp + 15u) hi = f->cp + 15u;
-        }
-        out[m][0] = f->esc == 1 ? 5u : f->esc == 5 ? 1u : 6u - f->esc;
-        out[m][1] = lo;
-        out[m][2] = hi;
-        m++;
+    if (f->esc == 1) {
+        if (k < 7) { *cost = 1; *lo = *hi = short_esc[k]; return 1; }
+        k -= 7;
     }
-    return m;
+    if (k >= 3) return 0;
+    *lo = long_ctrl[k][0];
+    *hi = long_ctrl[k][1];
+    *cost = f->esc == 1 ? 5u : f->esc == 5 ? 1u : 6u - f->esc;
+    if (f->esc == 5) {      /* \u00 and the high hex digit (in cp) */
+        if (*lo > f->cp + 15u || f->cp > *hi) return 2;
+        if (*lo < f->cp) *lo = f->cp;
+        if (*hi > f->cp + 15u) *hi = f->cp + 15u;
+    }
+    return 1;
 }
 
 static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
@@ -1725,13 +1721,16 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
         uint32_t chars = INF;
         const uint32_t *rest = g->rest + n->rest0;
         if (pending) {      /* the character in progress: exact over the characters it can still become */
-            uint32_t cand[10][3], m = pending_chars(f, cand);   /* 7 short escapes, 3 control ranges */
-            for (uint32_t c = 0; c < m; c++)
+            uint32_t cost, lo, hi;
+            int more;
+            for (uint32_t k = 0; (more = pending_char(f, k, &cost, &lo, &hi)) != 0; k++) {
+                if (more == 2) continue;
                 for (uint32_t i = 0; i < n->n_item; i++)
-                    if ((f->set >> i & 1u) && item_hits(g, &g->item[n->item0 + i], cand[c][1], cand[c][2])) {
-                        uint32_t r = cand[c][0] + (g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u]);
+                    if ((f->set >> i & 1u) && item_hits(g, &g->item[n->item0 + i], lo, hi)) {
+                        uint32_t r = cost + (g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u]);
                         if (r < chars) chars = r;
                     }
+            }
             return (chars == INF ? pending : chars) + 1u;
         } else {
             for (uint32_t i = 0; i <= n->n_item; i++)

@@ -454,7 +454,7 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
         if params.get("type") is None:
             params.items.insert(0, ("type", JVal("str", b'"object"', value="object")))
         call.props.append(comp.schema(params, where, 3))
-    for name, a, p in zip(names, call.alts, call.props):   # a call that can never fit the envelope
+    for a, p in zip(call.alts, call.props):   # a call that can never fit the envelope
         shortest = 2 + len(CALL_HEAD) + len(a) + len(CALL_MID) + comp.nodes[p].min_bytes + 1
         if shortest > CALL_MAX_JSON:
             took = "more than 32768" if comp.nodes[p].min_bytes >= MB_CAP else shortest
