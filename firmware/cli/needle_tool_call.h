@@ -18,7 +18,8 @@
 
 #include "needle_tool_grammar.h"
 
-#define NEEDLE_CALL_MAX_JSON 4096u   /* bytes of the call list an envelope keeps */
+/* NEEDLE_CALL_MAX_JSON, the bytes of the call list an envelope keeps: needle_tool_grammar.h
+ * (the compiler refuses a tool whose shortest call cannot fit it) */
 
 typedef struct {
     int is_call;                 /* "type": 1 "call", 0 "respond" (the empty list) */

@@ -17,6 +17,10 @@
 #define MAX_REPEAT        32
 #define MAX_CP            0x10FFFFu
 #define INF               0x3FFFFFFFu
+/* A node's shortest text is saturated here (schema.py MB_CAP): far above the 4096 bytes a call
+ * list may hold, and low enough that no product or sum of them overflows 32 bits (minItems
+ * 4096 of minItems 4096 of minLength 4096 once wrapped round to a few bytes). */
+#define MB_CAP            32768u
 
 static const char CALL_HEAD[] = "{\"name\":";
 static const char CALL_MID[] = ",\"arguments\":";
@@ -135,7 +139,10 @@ static int32_t number_min_extra(const needle_gnode *n, int neg, int64_t P, int n
                 int64_t p0, p1;
                 if (ndig == 0) { p0 = j == 1 ? 0 : POW10[j - 1]; p1 = POW10[j] - 1; }
                 else { p0 = P * POW10[j]; p1 = (P + 1) * POW10[j] - 1; }
-                if (sg == 1 && !is_num && p1 == 0) continue;
+                if (sg == 1 && !is_num && p0 == 0) {   /* "-0" is not an integer we write */
+                    if (p1 == 0) continue;
+                    p0 = 1;     /* (counting it let '-' in under minimum 0, then nothing fit) */
+                }
                 if (lattice_hit(p0 * POW10[k], (p1 + 1) * POW10[k] - 1, POW10[kmax - k], lo, hi, n->mult)) {
                     best = cost;
                     break;
@@ -409,6 +416,87 @@ static int keyword_allowed(const char *t, size_t key, int ty)
     if (ty >= 0)
         for (uint32_t i = 0; i < 5 && by_type[ty][i]; i++) if (jv_is(t, key, by_type[ty][i])) return 1;
     return 0;
+}
+
+/* ---- enum and const values as JSON values (schema.py _json_equal, _of_type) */
+
+typedef struct {
+    int neg;
+    size_t i0, ni, f0, nf;  /* the digits before and after the point */
+    size_t lead, n;         /* leading zeros of the digits, significant digits (0: the value is 0) */
+    int64_t e;              /* value = (the n significant digits) * 10^e */
+} ng_num;
+
+static void num_parse(const char *t, size_t i, ng_num *m)
+{
+    int64_t ev = 0;
+    int eneg = 0;
+    m->neg = t[i] == '-';
+    if (m->neg) i++;
+    m->i0 = i;
+    while (t[i] >= '0' && t[i] <= '9') i++;
+    m->ni = i - m->i0;
+    m->f0 = i; m->nf = 0;
+    if (t[i] == '.') {
+        m->f0 = ++i;
+        while (t[i] >= '0' && t[i] <= '9') i++;
+        m->nf = i - m->f0;
+    }
+    if (t[i] == 'e' || t[i] == 'E') {
+        i++;
+        if (t[i] == '+' || t[i] == '-') { eneg = t[i] == '-'; i++; }
+        for (; t[i] >= '0' && t[i] <= '9'; i++) if (ev < 1000000000000LL) ev = ev * 10 + (t[i] - '0');
+    }
+    const size_t len = m->ni + m->nf;
+#define NUM_DIGIT(m, p) ((p) < (m)->ni ? t[(m)->i0 + (p)] : t[(m)->f0 + (p) - (m)->ni])
+    size_t lead = 0, trail = 0;
+    while (lead < len && NUM_DIGIT(m, lead) == '0') lead++;
+    while (trail < len - lead && NUM_DIGIT(m, len - 1u - trail) == '0') trail++;
+    m->lead = lead;
+    m->n = len - lead - trail;
+    m->e = (eneg ? -ev : ev) - (int64_t)m->nf + (int64_t)trail;
+}
+
+/* Equal as JSON values: numbers by value, everything else by its (canonical) text. */
+static int json_equal(const char *t, size_t a, size_t b)
+{
+    int na = t[a] == '-' || (t[a] >= '0' && t[a] <= '9'), nb = t[b] == '-' || (t[b] >= '0' && t[b] <= '9');
+    if (na && nb) {
+        ng_num x, y;
+        num_parse(t, a, &x);
+        num_parse(t, b, &y);
+        if (x.n == 0 || y.n == 0) return x.n == y.n;
+        if (x.neg != y.neg || x.n != y.n || x.e != y.e) return 0;
+        for (size_t k = 0; k < x.n; k++) {
+            const ng_num *m = &x;
+            char dx = NUM_DIGIT(m, x.lead + k);
+            m = &y;
+            if (dx != NUM_DIGIT(m, y.lead + k)) return 0;
+        }
+        return 1;
+    }
+    size_t la = jv_end(t, a) - a, lb = jv_end(t, b) - b;
+    return la == lb && !memcmp(t + a, t + b, la);
+}
+#undef NUM_DIGIT
+
+/* Is the scalar value at t[v] of type ty (TY_NONE: any; integer: a number of whole value)? */
+static int of_type(const char *t, size_t v, int ty)
+{
+    switch (ty) {
+    case TY_NONE: return 1;
+    case TY_STRING: return t[v] == '"';
+    case TY_BOOLEAN: return t[v] == 't' || t[v] == 'f';
+    case TY_NULL: return t[v] == 'n';
+    case TY_NUMBER: return t[v] == '-' || (t[v] >= '0' && t[v] <= '9');
+    case TY_INTEGER: {
+        if (!(t[v] == '-' || (t[v] >= '0' && t[v] <= '9'))) return 0;
+        ng_num m;
+        num_parse(t, v, &m);
+        return m.n == 0 || m.e >= 0;
+    }
+    default: return 0;
+    }
 }
 
 /* minLength & co: -1 when absent, -2 after an error. */
@@ -775,7 +863,11 @@ static int compile_string(ng_comp *c, size_t s, needle_gnode *n)
         if (n->min_len > 0 || n->max_len >= 0)
             return fail(c, "pattern cannot be combined with minLength/maxLength (write the length into the "
                            "pattern, e.g. ^[a-z]{2,8}$)");
-        return compile_pattern(c, pat, n);
+        if (compile_pattern(c, pat, n)) return -1;
+        /* a pattern of no items (^$, ^a{0}$) matches only the empty string, not "any string"
+         * (n_item 0 means no pattern): say so with maxLength 0 (schema.py does the same) */
+        if (n->n_item == 0) n->max_len = 0;
+        return 0;
     }
     n->min_bytes = 2u + (uint32_t)n->min_len;
     return 0;
@@ -871,12 +963,13 @@ static int array_done(ng_comp *c, uint32_t idx)
             return -1;
         }
     }
+    uint64_t mb = 2u + (n->min_len > 1 ? (uint64_t)n->min_len - 1u : 0u);
     if (n->unique) {   /* distinct values: the min_len shortest alternatives */
-        n->min_bytes = 2u + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
-        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) n->min_bytes += unique_item(&c->v, ch, 0, j);
+        for (uint32_t j = 0; j < (uint32_t)n->min_len; j++) mb += unique_item(&c->v, ch, 0, j);
     } else {
-        n->min_bytes = 2u + (uint32_t)n->min_len * ch->min_bytes + (n->min_len > 1 ? (uint32_t)n->min_len - 1u : 0u);
+        mb += (uint64_t)n->min_len * ch->min_bytes;
     }
+    n->min_bytes = mb > MB_CAP ? MB_CAP : (uint32_t)mb;
     return 0;
 }
 
@@ -967,7 +1060,8 @@ static int object_next(ng_comp *c, ng_tasks *q, const ng_task *task)
     uint32_t total = 2, cnt = 0;
     for (uint32_t k = 0; k < n->n_ref; k++)
         if (n->required >> k & 1u) { total += g->ref[n->ref0 + k].len + 1u + g->node[g->sub[n->sub0 + k]].min_bytes; cnt++; }
-    n->min_bytes = total + (cnt ? cnt - 1u : 0u);
+    total += cnt ? cnt - 1u : 0u;
+    n->min_bytes = total > MB_CAP ? MB_CAP : total;
     return 0;
 }
 
@@ -1036,7 +1130,16 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
     }
     if (en != NONE || co != NONE) {
         if (en != NONE && co != NONE) return fail(c, "give enum or const, not both");
-        uint32_t idx, nalt = 0;
+        /* the values are the whole set: a keyword that narrows it is refused */
+        for (uint32_t k = 0; ty != TY_NONE && jv_member(t, s, k, &key, &val); k++) {
+            if (keyword_allowed(t, key, TY_NONE)) continue;
+            fail(c, en != NONE ? "enum" : "const");
+            err_s(&c->e, " cannot be combined with ");
+            err_str(&c->e, t + key, jv_end(t, key) - key);
+            err_s(&c->e, " (list only the values it allows)");
+            return -1;
+        }
+        uint32_t idx, nalt = 0, nkept = 0;
         size_t v = 0;
         if (en != NONE) {
             if (t[en] != '[' || t[en + 1] == ']') return fail(c, "enum must be a non-empty array");
@@ -1049,27 +1152,40 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
                 err_s(&c->e, " values, the grammar takes 64");
                 return -1;
             }
-            for (uint32_t a = 0; a < nalt; a++)
+            for (uint32_t a = 0; a < nalt; a++)     /* equal as JSON values (1, 1.0, 1e0; 0 and -0) */
                 for (uint32_t b = 0; b < a; b++) {
                     size_t va = 0, vb = 0;
                     jv_item(t, en, a, &va);
                     jv_item(t, en, b, &vb);
-                    size_t la = jv_end(t, va) - va, lb = jv_end(t, vb) - vb;
-                    if (la == lb && !memcmp(t + va, t + vb, la)) return fail(c, "enum repeats a value");
+                    if (!json_equal(t, va, vb)) continue;
+                    fail(c, "enum repeats a value (");
+                    err_str(&c->e, t + vb, jv_end(t, vb) - vb);
+                    err_s(&c->e, " and ");
+                    err_str(&c->e, t + va, jv_end(t, va) - va);
+                    err_s(&c->e, " are equal JSON values)");
+                    return -1;
                 }
         } else nalt = 1;
         for (uint32_t a = 0; a < nalt; a++) {
             if (en != NONE) jv_item(t, en, a, &v); else v = co;
             if (t[v] == '{' || t[v] == '[')
                 return fail(c, "enum and const values must be strings, numbers, booleans or null");
+            if (of_type(t, v, ty)) nkept++;
+        }
+        if (nkept == 0) {       /* a value must also be of the type (jsonschema checks both) */
+            fail(c, en != NONE ? "no enum" : "no const");
+            err_s(&c->e, " value is of type ");
+            err_str(&c->e, TYPE_NAMES[ty] + 1, strlen(TYPE_NAMES[ty]) - 2);
+            return -1;
         }
         if (add_node(c, NG_LIT, &idx)) return -1;
         needle_gnode *n = &g->node[idx];
         n->ref0 = (uint16_t)g->n_ref;
-        n->n_ref = (uint16_t)nalt;
+        n->n_ref = (uint16_t)nkept;
         n->min_bytes = INF;
         for (uint32_t a = 0; a < nalt; a++) {
             if (en != NONE) jv_item(t, en, a, &v); else v = co;
+            if (!of_type(t, v, ty)) continue;
             size_t l = jv_end(t, v) - v;
             if (add_ref(c, v, l)) return -1;
             if (l < n->min_bytes) n->min_bytes = (uint32_t)l;
@@ -1204,6 +1320,17 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
     uint32_t best = INF;
     for (uint32_t i = 0; i < ntools; i++) {
         uint32_t m = g->ref[cn->ref0 + i].len + g->node[g->sub[cn->sub0 + i]].min_bytes;
+        uint32_t shortest = 2u + (uint32_t)(CALL_HEAD_LEN + CALL_MID_LEN + 1u) + m;
+        if (shortest > NEEDLE_CALL_MAX_JSON) {   /* a call that can never fit the envelope */
+            err_s(&c.e, "tool ");
+            err_str(&c.e, t + g->ref[cn->ref0 + i].off, g->ref[cn->ref0 + i].len);
+            err_s(&c.e, ": its shortest call takes ");
+            if (g->node[g->sub[cn->sub0 + i]].min_bytes >= MB_CAP) err_s(&c.e, "more than 32768");
+            else err_u(&c.e, shortest);
+            err_s(&c.e, " bytes but a call list holds 4096 (NEEDLE_CALL_MAX_JSON): relax its minLength, "
+                        "minItems or required arguments");
+            return -1;
+        }
         if (m < best) best = m;
     }
     cn->min_bytes = (ntools ? best : 0u) + (uint32_t)(CALL_HEAD_LEN + CALL_MID_LEN + 1u);
@@ -1550,6 +1677,39 @@ int needle_grammar_done(const needle_gstate *s) { return s->depth == 1 && s->f[0
 
 /* ---- shortest completion (grammar.py min_bytes) */
 
+/* The k-th group of code points the character in progress of a string frame can still
+ * become, and the bytes left to finish it (grammar.py _pending_chars): 1 and *cost, *lo, *hi;
+ * 2: the group is empty (skip it); 0: no more.  After a backslash the short escapes cost one
+ * more byte and the \u00XX controls five, so the shortest completion looks at the characters
+ * the pattern can take.  (One group at a time: no table on the matcher's stack.) */
+static int pending_char(const needle_gframe *f, uint32_t k, uint32_t *cost, uint32_t *lo, uint32_t *hi)
+{
+    static const uint32_t long_ctrl[3][2] = { {0x00, 0x07}, {0x0B, 0x0B}, {0x0E, 0x1F} };
+    static const uint8_t short_esc[7] = { 0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x22, 0x5C };
+    if (f->need) {          /* a UTF-8 character: the code points its next byte's range leaves */
+        if (k) return 0;
+        const uint32_t s = 6u * (f->need - 1u);
+        *cost = f->need;
+        *lo = ((f->cp << 6) | (f->lo & 0x3Fu)) << s;
+        *hi = (((f->cp << 6) | (f->hi & 0x3Fu)) << s) | ((1u << s) - 1u);
+        return 1;
+    }
+    if (f->esc == 1) {
+        if (k < 7) { *cost = 1; *lo = *hi = short_esc[k]; return 1; }
+        k -= 7;
+    }
+    if (k >= 3) return 0;
+    *lo = long_ctrl[k][0];
+    *hi = long_ctrl[k][1];
+    *cost = f->esc == 1 ? 5u : f->esc == 5 ? 1u : 6u - f->esc;
+    if (f->esc == 5) {      /* \u00 and the high hex digit (in cp) */
+        if (*lo > f->cp + 15u || f->cp > *hi) return 2;
+        if (*lo < f->cp) *lo = f->cp;
+        if (*hi > f->cp + 15u) *hi = f->cp + 15u;
+    }
+    return 1;
+}
+
 static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
 {
     const needle_gnode *n = N(g, f);
@@ -1560,18 +1720,18 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
     if (n->n_item) {
         uint32_t chars = INF;
         const uint32_t *rest = g->rest + n->rest0;
-        if (pending) {
-            uint32_t lo = 0, hi = 0;
-            if (f->need) {      /* a UTF-8 character: the code points its next byte's range leaves */
-                const uint32_t k = 6u * (f->need - 1u);
-                lo = ((f->cp << 6) | (f->lo & 0x3Fu)) << k;
-                hi = (((f->cp << 6) | (f->hi & 0x3Fu)) << k) | ((1u << k) - 1u);
+        if (pending) {      /* the character in progress: exact over the characters it can still become */
+            uint32_t cost, lo, hi;
+            int more;
+            for (uint32_t k = 0; (more = pending_char(f, k, &cost, &lo, &hi)) != 0; k++) {
+                if (more == 2) continue;
+                for (uint32_t i = 0; i < n->n_item; i++)
+                    if ((f->set >> i & 1u) && item_hits(g, &g->item[n->item0 + i], lo, hi)) {
+                        uint32_t r = cost + (g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u]);
+                        if (r < chars) chars = r;
+                    }
             }
-            for (uint32_t i = 0; i < n->n_item; i++)
-                if ((f->set >> i & 1u) && (!f->need || item_hits(g, &g->item[n->item0 + i], lo, hi))) {
-                    uint32_t r = g->item[n->item0 + i].kind == NG_P_STAR ? rest[i] : rest[i + 1u];
-                    if (r < chars) chars = r;
-                }
+            return (chars == INF ? pending : chars) + 1u;
         } else {
             for (uint32_t i = 0; i <= n->n_item; i++)
                 if ((f->set >> i & 1u) && rest[i] < chars) chars = rest[i];

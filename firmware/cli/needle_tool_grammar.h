@@ -44,6 +44,7 @@
 #define NEEDLE_GRAMMAR_MAX_ALTS     64u   /* values of one enum (a candidate mask) */
 #define NEEDLE_GRAMMAR_PATTERN_ITEMS 63u  /* items of one pattern (a 64-bit position set) */
 #define NEEDLE_GRAMMAR_MAX_DEPTH    16u   /* open JSON values: list, call, arguments, ... */
+#define NEEDLE_CALL_MAX_JSON 4096u   /* bytes of the call list an envelope keeps (needle_tool_call.h) */
 
 /* Node kinds (generator/tools/schema.py: LIT ... CALL). */
 enum { NG_LIT = 1, NG_INT, NG_NUM, NG_STR, NG_ARR, NG_OBJ, NG_CALLS, NG_CALL };

@@ -14,7 +14,7 @@ C types of an argument:
 | number | `double` |
 | boolean (or enum [true, false]) | `bool` |
 | enum of strings | a C enum, `<TOOL>_<PROP>_<VALUE>` |
-| other enum or const | `uint16_t`, the index of the value in the schema's list |
+| other enum or const | `uint16_t`, the index of the value in the schema's list (with a `type`: among the values of that type, the only ones generated) |
 | string | `char[N + 1]`, N = 4 * maxLength bytes (UTF-8), or 64 without maxLength (longer text is cut at a character boundary and `<name>_cut` is set) |
 | array of the above | a fixed array of maxItems (8 without) and `<name>_count` |
 | null | no storage (`has_<name>` only) |

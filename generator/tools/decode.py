@@ -29,10 +29,10 @@ from generator.archive.tokenizer import BYTE, NORMAL
 from generator.errors import CactError
 from generator.model import numerics as nm
 from generator.tools import grammar as gm
+from generator.tools.schema import CALL_MAX_JSON   # (a module global: tests shrink it here)
 
 FREE, CALL, CLOSE, END, DONE = 0, 1, 2, 3, 4
 F32 = np.float32
-CALL_MAX_JSON = 4096   # bytes of the call list an envelope keeps (NEEDLE_CALL_MAX_JSON)
 
 
 def piece_bytes(tok) -> list:

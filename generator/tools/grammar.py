@@ -104,8 +104,10 @@ def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) ->
                     p1 = 10 ** j - 1
                 else:
                     p0, p1 = P * 10 ** j, (P + 1) * 10 ** j - 1
-                if sg == 1 and not is_num and p1 == 0:   # "-0" is not an integer we write
-                    continue
+                if sg == 1 and not is_num and p0 == 0:   # "-0" is not an integer we write
+                    if p1 == 0:
+                        continue
+                    p0 = 1      # (counting it let '-' in under minimum 0, then nothing fit)
                 c0, c1 = p0 * 10 ** k, (p1 + 1) * 10 ** k - 1
                 if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
                     best = cost
@@ -437,6 +439,29 @@ def done(g, state: tuple) -> bool:
 
 
 # ---- shortest completion ------------------------------------------------------------------
+# control characters canonical JSON writes as \\u00XX (not \\b \\t \\n \\f \\r)
+_LONG_CTRL = ((0x00, 0x07), (0x0B, 0x0B), (0x0E, 0x1F))
+
+
+def _pending_chars(f) -> list:
+    """(bytes still to write, lo, hi): the code points the character in progress of string
+    frame f can still become, grouped by the bytes left to finish it.  After a backslash the
+    short escapes cost one more byte and the \\u00XX controls five, so the shortest completion
+    must look at which characters the pattern can take, not at every item (issue 41, item 7)."""
+    esc, need = f[4], f[5]
+    if need:      # a UTF-8 character: the code points its next byte's range leaves
+        k = 6 * (need - 1)
+        lo = ((f[6] << 6) | (f[7] & 0x3F)) << k
+        hi = (((f[6] << 6) | (f[8] & 0x3F)) << k) | ((1 << k) - 1)
+        return [(need, lo, hi)]
+    if esc == 1:
+        return [(1, c, c) for c in sorted(_SHORT_ESC.values())] + [(5, lo, hi) for lo, hi in _LONG_CTRL]
+    if esc in (2, 3, 4):
+        return [(6 - esc, lo, hi) for lo, hi in _LONG_CTRL]
+    base = f[6]   # esc 5: \u00 and the high hex digit
+    return [(1, max(lo, base), min(hi, base + 15)) for lo, hi in _LONG_CTRL if lo <= base + 15 and base <= hi]
+
+
 def _str_rest(node, f) -> int:
     phase = f[2]
     if phase == 0:
@@ -447,20 +472,16 @@ def _str_rest(node, f) -> int:
     pending = need if need else {0: 0, 1: 1, 2: 4, 3: 3, 4: 2, 5: 1}[esc]
     if node.pattern:
         items, nfa = node.pattern, f[9]
-        if pending:   # the character in progress: the cheapest item that could take it
-            lo = hi = -1
-            if need:  # a UTF-8 character: the code points its next byte's range leaves
-                k = 6 * (need - 1)
-                lo = ((f[6] << 6) | (f[7] & 0x3F)) << k
-                hi = (((f[6] << 6) | (f[8] & 0x3F)) << k) | ((1 << k) - 1)
+        if pending:   # the character in progress: exact over the characters it can still become
             best = INF
-            for i in range(len(items)):
-                if nfa >> i & 1 and (lo < 0 or rx.hits(items[i], lo, hi)):
-                    best = min(best, node.rest[i] if items[i][0] == rx.P_STAR else node.rest[i + 1])
-            chars = 0 if best >= INF else best
-        else:
-            chars = min((node.rest[i] for i in range(len(items) + 1) if nfa >> i & 1), default=0)
-        return pending + chars + 1
+            for cost, lo, hi in _pending_chars(f):
+                for i in range(len(items)):
+                    if nfa >> i & 1 and rx.hits(items[i], lo, hi):
+                        r = node.rest[i] if items[i][0] == rx.P_STAR else node.rest[i + 1]
+                        best = min(best, cost + r)
+            return (pending if best >= INF else best) + 1
+        chars = min((node.rest[i] for i in range(len(items) + 1) if nfa >> i & 1), default=0)
+        return chars + 1
     nch = f[3] + (1 if pending else 0)
     return pending + max(0, node.min_len - nch) + 1
 

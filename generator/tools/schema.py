@@ -37,6 +37,9 @@ MAX_INT_DIGITS = 18     # digits of an "integer"
 MAX_NUM_INT_DIGITS = 12  # digits before the point of a "number"
 BIG = 10 ** 18 - 1      # bounds are clamped to [-BIG, BIG] (in units of the node's scale)
 NUM_SCALE = 10 ** MAX_DECIMALS
+CALL_MAX_JSON = 4096    # bytes of the call list an envelope keeps (NEEDLE_CALL_MAX_JSON)
+MB_CAP = 32768          # a node's shortest text is saturated here (far above any call that fits;
+                        # the C twin's 32-bit sums never overflow)
 
 # pattern items
 P_ONE, P_OPT, P_STAR = 0, 1, 2
@@ -128,6 +131,30 @@ def _decimal(text: str, what: str) -> Decimal:
     return d
 
 
+def _json_equal(a: JVal, b: JVal) -> bool:
+    """JSON Schema equality of two scalar values of the minified text: numbers by value
+    (1 == 1.0 == 1e0, 0 == -0), strings by their text (the minifier writes them canonically)."""
+    if a.kind == "num" and b.kind == "num":
+        return Decimal(a.value) == Decimal(b.value)
+    return a.raw == b.raw
+
+
+def _of_type(v: JVal, tname: str) -> bool:
+    """Is the scalar value v of JSON Schema type tname ("integer": a number whose value is
+    whole, 1.0 and 1e2 included)?"""
+    if v.kind == "str":
+        return tname == "string"
+    if v.kind == "lit":
+        return tname == ("null" if v.value == "null" else "boolean")
+    if v.kind == "num":
+        if tname == "number":
+            return True
+        if tname == "integer":
+            d = Decimal(v.value)
+            return d == d.to_integral_value()
+    return False
+
+
 def _floor(d: Decimal) -> int:
     return int(d.to_integral_value(rounding="ROUND_FLOOR"))
 
@@ -211,20 +238,33 @@ class _Compiler:
         if enum is not None or const is not None:
             if enum is not None and const is not None:
                 raise CactError(f"{where}: give enum or const, not both")
+            word = "enum" if enum is not None else "const"
+            for k in keys:      # the values are the whole set: a keyword that narrows it is refused
+                if tname and k in _BY_TYPE[tname]:
+                    raise CactError(f"{where}: {word} cannot be combined with \"{k}\" (list only the "
+                                    f"values it allows)")
             if const is not None:
-                alts = [const.raw]
+                values = [const]
             else:
                 if enum.kind != "arr" or not enum.items:
                     raise CactError(f"{where}: enum must be a non-empty array")
-                alts = [v.raw for v in enum.items]
-                if len(alts) > MAX_ALTS:
-                    raise CactError(f"{where}: enum has {len(alts)} values, the grammar takes {MAX_ALTS}")
-                if len(set(alts)) != len(alts):
-                    raise CactError(f"{where}: enum repeats a value")
-            for a in alts:
-                if a[:1] in (b"{", b"["):
+                values = enum.items
+                if len(values) > MAX_ALTS:
+                    raise CactError(f"{where}: enum has {len(values)} values, the grammar takes {MAX_ALTS}")
+                for a in range(len(values)):      # equal as JSON values (1, 1.0 and 1e0; 0 and -0)
+                    for b in range(a):
+                        if _json_equal(values[a], values[b]):
+                            raise CactError(f"{where}: enum repeats a value ({values[b].raw.decode()} and "
+                                            f"{values[a].raw.decode()} are equal JSON values)")
+            for v in values:
+                if v.kind in ("obj", "arr"):
                     raise CactError(f"{where}: enum and const values must be strings, numbers, "
                                     f"booleans or null")
+            if tname:           # a value must also be of the type (jsonschema checks both)
+                values = [v for v in values if _of_type(v, tname)]
+                if not values:
+                    raise CactError(f"{where}: no {word} value is of type {tname}")
+            alts = [v.raw for v in values]
             return self.add(Node(LIT, alts=alts, min_bytes=min(len(a) for a in alts)))
         if tname is None:
             raise CactError(f"{where}: a schema needs a type (or enum/const)")
@@ -297,6 +337,8 @@ class _Compiler:
                 rest[i] = rest[i + 1] + (item_min_bytes(node.pattern[i]) if kind == P_ONE else 0)
             node.rest = rest
             node.min_bytes = 2 + rest[0]
+            if not node.pattern:   # ^$, ^a{0}$: only the empty string (an empty list is "no pattern")
+                node.max_len = 0
         else:
             node.min_bytes = 2 + node.min_len
         return node
@@ -328,6 +370,7 @@ class _Compiler:
             node.min_bytes = 2 + sum(sorted(len(a) for a in child.alts)[:node.min_len]) + max(0, node.min_len - 1)
         else:
             node.min_bytes = 2 + node.min_len * child.min_bytes + max(0, node.min_len - 1)
+        node.min_bytes = min(MB_CAP, node.min_bytes)
         return idx
 
     def object(self, s: JVal, where: str, depth: int) -> int:
@@ -355,7 +398,7 @@ class _Compiler:
                 node.required |= 1 << names.index(v.value)
         need = [self.nodes[p].min_bytes + len(k) + 1 for i, (k, p) in enumerate(zip(node.keys, node.props))
                 if node.required >> i & 1]
-        node.min_bytes = 2 + sum(need) + max(0, len(need) - 1)
+        node.min_bytes = min(MB_CAP, 2 + sum(need) + max(0, len(need) - 1))
         return idx
 
 
@@ -411,6 +454,13 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
         if params.get("type") is None:
             params.items.insert(0, ("type", JVal("str", b'"object"', value="object")))
         call.props.append(comp.schema(params, where, 3))
+    for a, p in zip(call.alts, call.props):   # a call that can never fit the envelope
+        shortest = 2 + len(CALL_HEAD) + len(a) + len(CALL_MID) + comp.nodes[p].min_bytes + 1
+        if shortest > CALL_MAX_JSON:
+            took = "more than 32768" if comp.nodes[p].min_bytes >= MB_CAP else shortest
+            raise CactError(f"tool {a.decode()}: its shortest call takes {took} bytes but a call list "
+                            f"holds {CALL_MAX_JSON} (NEEDLE_CALL_MAX_JSON): relax its minLength, "
+                            f"minItems or required arguments")
     # {"name":"N","arguments":{...}}
     call.min_bytes = (min((len(a) + comp.nodes[p].min_bytes for a, p in zip(call.alts, call.props)),
                           default=0) + len(CALL_HEAD) + len(CALL_MID) + 1)
