@@ -430,6 +430,17 @@ def run_engine_family(emulator: list[str], engine: list[str]) -> str:
         return "?"
 
 
+def add_command(sub) -> None:
+    """The `bench` subcommand of `python -m generator` (registered by generator/__main__.py:
+    generator's own modules never import bench, host_tests/test_layers.py)."""
+    s = sub.add_parser("bench", help="engine vs NumPy reference speed (bench/host.py; scons bench=1 "
+                                     "runs python -m bench.host)")
+    s.add_argument("archive")
+    s.add_argument("--engine", required=True, help="command that runs the built engine")
+    s.add_argument("--tokens", type=int, default=32)
+    s.set_defaults(fn=lambda args: main(args.archive, args.engine, args.tokens))
+
+
 def main(archive_path: str, engine_cmd: str, n: int, scalar_cmd: str | None = None,
          board_name: str | None = None) -> int:
     a = reader.read(archive_path)

@@ -10,8 +10,10 @@ The stages, each a sub-package, import only the stages above them in this list:
     build/     boards (target files), ELF checks, the SCons tool
     commands/  what users run: inspect, synth, rung, golden, prompt rendering, the CLI
 
-`python -m generator --help` lists the commands.  Benchmark drivers live in bench/, the
-tokenizer-corpus builders in tools/tokenizer/, all C text in templates/.
+errors, paths and files are shared by every stage.  `python -m generator --help` lists the
+commands.  Benchmark drivers live in bench/, the tokenizer-corpus builders in
+tools/tokenizer/, all C text in templates/; they import generator, never the other way
+(host_tests/test_layers.py; README, "Layout").
 """
 
 __version__ = "0.2.0"

@@ -2,7 +2,8 @@
 
 inspect and synth read and write archives, golden regenerates the reference goldens, rung
 cuts a shallower Needle 3 archive, emit generates a board's C engine the way SCons does,
-bench times a built engine against the NumPy reference, call runs one constrained
+bench times a built engine against the NumPy reference (it lives in bench/host.py: the
+entry point, generator/__main__.py, registers it, because generator never imports bench), call runs one constrained
 tool-calling turn on the reference (the twin of `needle --tools F --query Q`), eval scores the
 reference's calls on held-out examples (task accuracy).  Every failure a user can cause
 ends in one line on stderr and exit status 2.
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 
 from generator import __version__
 from generator.errors import CactError
@@ -123,11 +125,6 @@ def cmd_emit(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from bench import host
-    return host.main(args.archive, args.engine, args.tokens)
-
-
 def cmd_call(args) -> int:
     from pathlib import Path
     from generator.archive import reader
@@ -164,7 +161,11 @@ def cmd_eval(args) -> int:
                                   args.limit, args.json)
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None,
+         commands: Sequence[Callable[[argparse._SubParsersAction], None]] = ()) -> int:
+    """Run one command.  `commands` add subcommands of packages generator must not import
+    (each is called with the subparsers and calls `add_parser`, setting `fn`): the program's
+    entry point, generator/__main__.py, passes bench's (host_tests/test_layers.py)."""
     p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -220,12 +221,6 @@ def main(argv=None) -> int:
                    help="tokens the probe heads can pool over (0: heads not built)")
     s.set_defaults(fn=cmd_emit)
 
-    s = sub.add_parser("bench", help="engine vs NumPy reference speed (scons bench=1 runs this)")
-    s.add_argument("archive")
-    s.add_argument("--engine", required=True, help="command that runs the built engine")
-    s.add_argument("--tokens", type=int, default=32)
-    s.set_defaults(fn=cmd_bench)
-
     s = sub.add_parser("call", help="one constrained tool-calling turn on the a8 reference: the envelope "
                                     "`needle --tools F --query Q` prints (docs/grammar.md)")
     s.add_argument("--archive", required=True)
@@ -250,6 +245,9 @@ def main(argv=None) -> int:
     s.add_argument("--max-new", type=_positive, default=96, metavar="N", help="tokens per answer (default 96)")
     s.add_argument("--json", metavar="OUT", help="write the metrics and every prediction")
     s.set_defaults(fn=cmd_eval)
+
+    for add in commands:      # e.g. bench (bench/host.py), registered by generator/__main__.py
+        add(sub)
 
     try:
         args = p.parse_args(argv)
