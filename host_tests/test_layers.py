@@ -19,7 +19,7 @@ a later stage.
 
 No import cycles: the strongly connected components (Tarjan) of the module import graph have
 one module each, so two modules of one stage never import each other, directly or around a
-loop.  One known cycle is allowed for now (KNOWN_CYCLES, an expected failure until it is gone).
+loop.
 
 The test reads the import statements with `ast`, so it also sees imports inside functions,
 relative imports and `importlib.import_module("literal")`."""
@@ -50,12 +50,6 @@ ENTRY_POINTS = {"generator.__main__"}      # run, never imported: may import any
 ORDER = ["archive", "model", "codegen", "tools", "build", "commands"]
 SHARED = {"generator", "generator.errors", "generator.paths", "generator.files"}
 
-# cycles allowed for now, by their modules; each one is an expected failure of
-# test_known_cycle_is_gone until it is removed, and then that test fails: remove its entry
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"generator.tools.schema", "generator.tools.grammar"}):
-        "generator.tools.schema <-> generator.tools.grammar (removed after the grammar work merges)",
-}
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -205,16 +199,7 @@ def test_stage_imports_only_earlier_stages(stage):
 
 def test_no_import_cycles():
     graph = import_graph(ROOT)
-    assert [_describe(c, graph) for c in cycles(graph) if c not in KNOWN_CYCLES] == []
-
-
-@pytest.mark.parametrize("cycle", [
-    pytest.param(c, id=name, marks=pytest.mark.xfail(strict=True, reason=f"known cycle: {name}"))
-    for c, name in KNOWN_CYCLES.items()])
-def test_known_cycle_is_gone(cycle):
-    """Fails (expected) while the cycle is there; passing is an error: remove its entry."""
-    graph = import_graph(ROOT)
-    assert cycle not in cycles(graph), _describe(cycle, graph)
+    assert [_describe(c, graph) for c in cycles(graph)] == []
 
 
 def test_every_first_party_package_is_layered():

@@ -30,89 +30,13 @@ Frames (tuples; the C ``needle_gframe`` has the same fields):
 from __future__ import annotations
 
 from generator.tools import regex as rx
-from generator.tools.schema import (ARR, CALL, CALL_HEAD, CALL_MID, CALLS, INT, LIT, MAX_DECIMALS,
-                                    MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR)
+from generator.tools.schema import (ARR, CALL, CALL_HEAD, CALL_MID, CALLS, INF, INT, LIT, MAX_DECIMALS,
+                                    MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR,
+                                    number_min_extra)
 
-INF = 1 << 62
 _SHORT_ESC = {0x22: 0x22, 0x5C: 0x5C, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
 _SHORT_CTRL = (0x08, 0x09, 0x0A, 0x0C, 0x0D)
 _HEX = b"0123456789abcdef"
-
-
-# ---- integer helpers (floor semantics, as the C twin's nk_floordiv) ----------------------
-def _fdiv(a: int, b: int) -> int:
-    return a // b
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -((-a) // b)
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
-
-
-def _lattice_hit(c0: int, c1: int, s: int, lo: int, hi: int, m: int) -> bool:
-    """Is there an integer c in [c0, c1] with s·c in [lo, hi] and s·c a multiple of m?"""
-    a = max(c0, _cdiv(lo, s))
-    b = min(c1, _fdiv(hi, s))
-    if a > b:
-        return False
-    step = m // _gcd(m, s)
-    first = _cdiv(a, step) * step
-    return first <= b
-
-
-def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) -> int:
-    """Fewest bytes that turn a number prefix into a valid value (0: it is one), or -1.
-
-    sign 2: nothing typed yet (either sign open); else neg 0/1 is the sign typed.  The
-    completions with j more digits before the point and k after it (k = 0: no point) are
-    the values s·c, s = 10^(decimals - k), c in one range of integers; the first (j, k) in
-    order of length that holds a value within the bounds and on the multipleOf lattice
-    gives the answer (docs/grammar.md, "Numbers")."""
-    is_num = node.kind == NUM
-    kmax = MAX_DECIMALS if is_num else 0
-    imax = MAX_NUM_INT_DIGITS if is_num else MAX_INT_DIGITS
-    best = INF
-    signs = (0, 1) if sign == 2 else (neg,)
-    for sg in signs:
-        lo, hi = (node.lo, node.hi) if sg == 0 else (-node.hi, -node.lo)
-        base_cost = 1 if (sign == 2 and sg == 1) else 0
-        if frac >= 0:                                    # after the point: only more decimals
-            for k in range(max(frac, 1), kmax + 1):
-                e = k - frac
-                c0 = P * 10 ** e
-                c1 = (P + 1) * 10 ** e - 1
-                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
-                    best = min(best, base_cost + k - frac)
-                    break
-            continue
-        for j in range(0, imax - ndig + 1):
-            if ndig == 0 and j == 0:
-                continue
-            if ndig >= 1 and P == 0 and j > 0:          # no leading zeros
-                break
-            for k in range(0, kmax + 1):
-                cost = base_cost + j + (k + 1 if k else 0)
-                if cost >= best:
-                    break
-                if ndig == 0:                            # j digits in all
-                    p0 = 0 if j == 1 else 10 ** (j - 1)
-                    p1 = 10 ** j - 1
-                else:
-                    p0, p1 = P * 10 ** j, (P + 1) * 10 ** j - 1
-                if sg == 1 and not is_num and p0 == 0:   # "-0" is not an integer we write
-                    if p1 == 0:
-                        continue
-                    p0 = 1      # (counting it let '-' in under minimum 0, then nothing fit)
-                c0, c1 = p0 * 10 ** k, (p1 + 1) * 10 ** k - 1
-                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
-                    best = cost
-                    break
-    return -1 if best >= INF else best
 
 
 # ---- frames -----------------------------------------------------------------------------

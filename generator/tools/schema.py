@@ -311,7 +311,6 @@ class _Compiler:
                     raise CactError(f"{where}: multipleOf must be positive" +
                                     (" and whole" if scale == 1 else f" with at most {MAX_DECIMALS} decimals"))
                 node.mult = int(d)
-        from generator.tools.grammar import number_min_extra  # the closed form of the matcher
         node.min_bytes = number_min_extra(node, 0, 0, 0, -1, 2)
         if node.min_bytes < 0:
             raise CactError(f"{where}: no {tname} satisfies its bounds and multipleOf")
@@ -470,3 +469,83 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
 
 CALL_HEAD = b'{"name":'
 CALL_MID = b',"arguments":'
+
+
+# ---- the numbers' closed form (shared with the matcher, generator.tools.grammar) --------
+INF = 1 << 62
+
+
+# ---- integer helpers (floor semantics, as the C twin's nk_floordiv) ----------------------
+def _fdiv(a: int, b: int) -> int:
+    return a // b
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _lattice_hit(c0: int, c1: int, s: int, lo: int, hi: int, m: int) -> bool:
+    """Is there an integer c in [c0, c1] with s·c in [lo, hi] and s·c a multiple of m?"""
+    a = max(c0, _cdiv(lo, s))
+    b = min(c1, _fdiv(hi, s))
+    if a > b:
+        return False
+    step = m // _gcd(m, s)
+    first = _cdiv(a, step) * step
+    return first <= b
+
+
+def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) -> int:
+    """Fewest bytes that turn a number prefix into a valid value (0: it is one), or -1.
+
+    sign 2: nothing typed yet (either sign open); else neg 0/1 is the sign typed.  The
+    completions with j more digits before the point and k after it (k = 0: no point) are
+    the values s·c, s = 10^(decimals - k), c in one range of integers; the first (j, k) in
+    order of length that holds a value within the bounds and on the multipleOf lattice
+    gives the answer (docs/grammar.md, "Numbers")."""
+    is_num = node.kind == NUM
+    kmax = MAX_DECIMALS if is_num else 0
+    imax = MAX_NUM_INT_DIGITS if is_num else MAX_INT_DIGITS
+    best = INF
+    signs = (0, 1) if sign == 2 else (neg,)
+    for sg in signs:
+        lo, hi = (node.lo, node.hi) if sg == 0 else (-node.hi, -node.lo)
+        base_cost = 1 if (sign == 2 and sg == 1) else 0
+        if frac >= 0:                                    # after the point: only more decimals
+            for k in range(max(frac, 1), kmax + 1):
+                e = k - frac
+                c0 = P * 10 ** e
+                c1 = (P + 1) * 10 ** e - 1
+                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
+                    best = min(best, base_cost + k - frac)
+                    break
+            continue
+        for j in range(0, imax - ndig + 1):
+            if ndig == 0 and j == 0:
+                continue
+            if ndig >= 1 and P == 0 and j > 0:          # no leading zeros
+                break
+            for k in range(0, kmax + 1):
+                cost = base_cost + j + (k + 1 if k else 0)
+                if cost >= best:
+                    break
+                if ndig == 0:                            # j digits in all
+                    p0 = 0 if j == 1 else 10 ** (j - 1)
+                    p1 = 10 ** j - 1
+                else:
+                    p0, p1 = P * 10 ** j, (P + 1) * 10 ** j - 1
+                if sg == 1 and not is_num and p0 == 0:   # "-0" is not an integer we write
+                    if p1 == 0:
+                        continue
+                    p0 = 1      # (counting it let '-' in under minimum 0, then nothing fit)
+                c0, c1 = p0 * 10 ** k, (p1 + 1) * 10 ** k - 1
+                if _lattice_hit(c0, c1, 10 ** (kmax - k), lo, hi, node.mult):
+                    best = cost
+                    break
+    return -1 if best >= INF else best
