@@ -39,6 +39,7 @@ from generator.errors import CactError
 # benchmark drivers and their templates (templates/bench/).  host_tests/test_boards.py
 # checks this list against what a generation really imports.
 SIGNATURE_SOURCES = ("#generator/__init__.py", "#generator/paths.py", "#generator/errors.py",
+                     "#generator/files.py",
                      "#generator/archive/__init__.py", "#generator/archive/format.py",
                      "#generator/archive/quant.py", "#generator/archive/reader.py",
                      "#generator/archive/roles.py", "#generator/archive/tokenizer.py",
