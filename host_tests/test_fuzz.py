@@ -51,3 +51,16 @@ def test_seed_corpora_and_dicts():
         seeds = list((ROOT / "fuzz" / "corpus" / name).iterdir())
         assert len(seeds) >= 10, name
         assert (ROOT / "fuzz" / f"{name}.dict").is_file(), name
+
+
+def test_a_harness_peak_rss_is_its_own(tmp_path):
+    """The fuzzers' RSS limit and the soak's growth check read getrusage's peak, which Linux
+    seeds at exec with the RSS of the forking process: run_apart keeps a big test worker's
+    memory out of it (this process holds 600 MB more while it starts the child)."""
+    import sys
+    held = bytearray(600 * 1024 * 1024)
+    held[::4096] = b"x" * len(held[::4096])
+    code = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+    peak = int(fuzz_run.run_apart([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    assert peak < 200, f"the child's peak RSS {peak} MB includes its parent's"
+    del held
