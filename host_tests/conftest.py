@@ -23,8 +23,35 @@ import archive_edit  # noqa: E402
 from generator.commands import synth  # noqa: E402
 
 
+# The tiers (README, "Tests"): every test is in at most one of them; a test in none of them
+# builds or runs on the host (gcc, clang, the sanitizers).
+TIERS = {
+    "quick": "no build, no compiler, no emulator: Python and the references (pytest -m quick, under 60 s)",
+    "emulator": "cross-builds for a board and runs under its emulator (pytest -m emulator)",
+    "slow": "long runs: soaks, fuzzing, training, whole-list sweeps (pytest -m slow)",
+}
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: takes seconds (deselect with -m 'not slow')")
+    for name, what in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked with two tiers would run twice in the hosted CI's shards: refuse it."""
+    for item in items:
+        tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        if len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(tiers)}: a test is in at "
+                                    f"most one tier (host_tests/conftest.py, TIERS)")
+
+
+@pytest.fixture(autouse=True)
+def _quick_builds_nothing(request, monkeypatch):
+    """A quick-tier test that starts a build fails, naming the tier it belongs in."""
+    if request.node.get_closest_marker("quick"):
+        from host_tests import scons_run
+        monkeypatch.setattr(scons_run, "IN_QUICK_TEST", request.node.nodeid)
 
 
 @pytest.fixture(scope="session")

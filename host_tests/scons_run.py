@@ -11,9 +11,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# set by conftest.py while a quick-tier test runs: the quick tier builds nothing
+IN_QUICK_TEST: str | None = None
+
+
 def scons(*args, cwd=ROOT, check: bool = True, env: dict | None = None,
           timeout: int = 1800) -> subprocess.CompletedProcess:
     args = [str(a) for a in args]
+    if IN_QUICK_TEST and "-n" not in args and "-h" not in args:
+        raise AssertionError(f"{IN_QUICK_TEST} is marked quick but runs scons {' '.join(args)}: "
+                             "move it to the emulator tier, or leave it unmarked (a host build)")
     proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from generator.build import boards, sdk
-from scons_run import ROOT, scons
+from host_tests.scons_run import ROOT, scons
 
 EXAMPLE = ROOT / "examples" / "hello"
 QUERY, MAX_NEW = "set a timer for ten minutes", 16
