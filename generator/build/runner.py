@@ -43,8 +43,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 class BoardRunner:
     """A built engine (`binary`) on `board` (a board dict or name), with its archive when the
-    board's placement keeps it outside the binary (`file`: the archive file; `partition`:
-    the archive image)."""
+    board's placement keeps it outside the binary (`file`: the archive file, given as
+    `--archive PATH`; none: no such argument, for another program or an engine reading
+    $NEEDLE_ARCHIVE; `partition`: the archive image, loaded at the partition)."""
 
     def __init__(self, board: dict | str, binary: str | os.PathLike, archive: str | os.PathLike | None = None):
         self.board = boards.load(board) if isinstance(board, str) else board
@@ -65,7 +66,12 @@ class BoardRunner:
         reads them on standard input instead: stdin_line).  emulator_flags go right after the
         emulator's name (e.g. `-d in_asm -D LOG`, `-icount shift=0`)."""
         args = [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in (args or ())]
-        cmd = boards.run_command(self.board, self.binary, [] if self.uart else args, self.archive)
+        if self.board["os"] == "linux" and self.archive is None:
+            # no archive file: another program (a test driver), or an engine that links its
+            # archive or maps it from $NEEDLE_ARCHIVE
+            cmd = self.emulator + [self.binary] + args
+        else:
+            cmd = boards.run_command(self.board, self.binary, [] if self.uart else args, self.archive)
         if emulator_flags:
             if not self.emulator:
                 raise CactError(f"board {self.name} runs natively: no emulator to give "
