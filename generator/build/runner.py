@@ -124,20 +124,23 @@ class BoardRunner:
 
     # ---- running -------------------------------------------------------------------------
     def run(self, args=(), stdin=None, timeout: float | None = DEFAULT_TIMEOUT, cwd=None, env=None,
-            check: bool = False, text: bool = True, emulator_flags=(), capture: bool = True,
+            check: bool = False, text: bool = True, emulator_flags=(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             timeout_hint: str = "give it more time (timeout) or a smaller request") -> subprocess.CompletedProcess:
         """Run the binary with `args` (a UART board: sent as its command line on standard
         input, then `stdin`; args=None sends no command line) and wait for it.  env: variables
         added to this process's environment.  text: str output (undecodable bytes replaced),
-        else bytes.  check: a non-zero exit is a CactError with the engine's last error line.
+        else bytes.  stdout, stderr: captured (PIPE) unless given (a file, None: this
+        process's own).  check: a non-zero exit is a CactError with the engine's last error line.
         A run past `timeout` seconds is killed (with whatever it started) and is a CactError."""
         cmd = self.command(args if args is not None else (), emulator_flags)
         data = self._input(args, stdin)
         if text and isinstance(data, bytes):
             data = data.decode()
-        out = subprocess.PIPE if capture else None
-        proc = self._start(cmd, stdin=subprocess.PIPE if data is not None else None, stdout=out,
-                           stderr=out, cwd=cwd, env=self._env(env),
+        elif not text and isinstance(data, str):
+            data = data.encode()
+        proc = self._start(cmd, stdin=subprocess.PIPE if data is not None else None, stdout=stdout,
+                           stderr=stderr, cwd=cwd, env=self._env(env),
                            **({"text": True, "errors": "replace"} if text else {}))
         try:
             stdout, stderr = proc.communicate(data, timeout=timeout)
