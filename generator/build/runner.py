@@ -174,7 +174,8 @@ class BoardRunner:
 
     @staticmethod
     def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
-        """End a popen() run and everything it started."""
+        """End a popen() run and everything it started.  (Once the run itself has been reaped
+        its group id may be another's: then nothing is killed.)"""
         if proc.poll() is None:
             _kill_group(proc)
         try:
