@@ -19,7 +19,6 @@ the board, the command and the fix.  A timed-out run is killed with everything i
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 
@@ -90,13 +89,7 @@ class BoardRunner:
     def missing(self) -> str | None:
         """One line naming what cannot run here (no emulator on this board, or the emulator's
         package not installed), or None."""
-        if boards.no_emulator(self.board):
-            return boards.no_emulator(self.board)
-        emu = self.emulator
-        if emu and not shutil.which(emu[0]):
-            return (f"board {self.name} runs under {emu[0]}, which is not installed: "
-                    f"apt-get install {self.board['emulator']['package']}")
-        return None
+        return boards.missing_emulator(self.board)
 
     def _input(self, args, stdin):
         """The run's standard input: a UART board's command line first (unless args is None:
