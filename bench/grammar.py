@@ -73,6 +73,7 @@ from pathlib import Path
 from bench.host import DEMO_QUERY, DEMO_TOOLS, count_log
 from bench.snapshot import image_of
 from generator.build import boards
+from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,32 +104,20 @@ def build(board: str, out: Path, archive: str | None) -> Path:
 
 
 class Target:
-    """One built board: the command lines that run its engine (natively, under qemu-user or
-    under qemu-system-arm; a UART board reads its arguments on standard input)."""
+    """One built board and the runner of its engine (natively, under qemu-user or under
+    qemu-system-arm; a UART board reads its arguments on standard input)."""
 
     def __init__(self, board: dict, where: Path, archive: str | None):
         self.board, self.where, self.archive = board, where, archive
         self.binary = where / ("needle.elf" if board["os"] == "none" else "needle")
+        self.runner = BoardRunner(board, self.binary, image_of(board, where, archive))
         # qemu-user's log interleaves threads, and the output does not depend on them
         self.extra = ["--threads", "1"] if board["os"] == "linux" else []
 
-    def command(self, args: list[str]) -> tuple[list[str], str | None]:
-        args = list(args) + self.extra
-        line = boards.stdin_line(self.board, args)
-        cmd = boards.run_command(self.board, str(self.binary), [] if line else args,
-                                 image_of(self.board, self.where, self.archive))
-        return cmd, line
-
     def run(self, args: list[str], log: str | None = None) -> subprocess.CompletedProcess:
-        cmd, line = self.command(args)
-        if log:      # the emulator's own flags go right after its name (qemu-user and -system alike)
-            cmd = cmd[:1] + ["-d", "in_asm,exec,nochain", "-D", log] + cmd[1:]
-        try:
-            return subprocess.run(cmd, cwd=ROOT, input=line, capture_output=True, text=True, timeout=3600)
-        except OSError as exc:
-            raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
-        except subprocess.TimeoutExpired:
-            raise CactError(f"{shlex.join(cmd)} took more than an hour") from None
+        """One run (log: QEMU's translation log there, qemu-user and -system alike)."""
+        flags = ["-d", "in_asm,exec,nochain", "-D", log] if log else []
+        return self.runner.run(list(args) + self.extra, cwd=ROOT, timeout=3600, emulator_flags=flags)
 
     def checked(self, args: list[str], log: str | None = None) -> subprocess.CompletedProcess:
         proc = self.run(args, log)
@@ -314,8 +303,7 @@ def measure_counted(target: Target) -> dict:
 def serve_raw(target: Target, n: int) -> dict:
     """An unconstrained `raw` request of n tokens through the service: its decode_ms."""
     request = json.dumps({"query": DEMO_QUERY, "max_new": n, "raw": True}) + "\n"
-    cmd = [str(target.binary), "--serve", "--tools", str(DEMO_TOOLS), "--threads", "1"]
-    out = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=600)
+    out = target.runner.run(["--serve", "--tools", str(DEMO_TOOLS), "--threads", "1"], stdin=request, timeout=600)
     answer = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
     if out.returncode or not answer.get("ok"):
         raise CactError(f"engine service failed: {out.stderr.strip() or answer.get('error') or out.returncode}")

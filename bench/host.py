@@ -34,12 +34,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from generator.archive import reader
 from generator.errors import CactError
 from generator.archive.format import BOS_ID, CQ, cq_geometry
+
+if TYPE_CHECKING:
+    from generator.build.runner import BoardRunner
 
 
 def bench_tokens(n: int, vocab: int) -> list[int]:
@@ -224,26 +228,20 @@ def count_log(path: str) -> int:
     return sum(block_counts(path).values())
 
 
-def count_instructions(emulator: list[str], binary: str | list[str], n: int, singlestep: bool = False,
-                       mode: str = "count") -> int:
+def count_instructions(run: BoardRunner, n: int, singlestep: bool = False, mode: str = "count") -> int:
     """Instructions one `--bench n` run executes (NEEDLE_BENCH=count: 2n single steps, no
-    clock, no memcpy; count-prefill: only the n-token prompt, through needle_prefill).
-    `binary` may carry the engine's own leading options (`--archive PATH` on placement-file
-    boards)."""
-    binary = [binary] if isinstance(binary, str) else list(binary)
-    return count_instructions_of(emulator, [*binary, "--bench", str(n)], singlestep, mode)
+    clock, no memcpy; count-prefill: only the n-token prompt, through needle_prefill)."""
+    return count_instructions_of(run, ["--bench", str(n)], singlestep, mode)
 
 
-def count_instructions_of(emulator: list[str], command: list[str], singlestep: bool = False,
+def count_instructions_of(run: BoardRunner, args: list[str], singlestep: bool = False,
                           mode: str = "count") -> int:
-    """Guest instructions one run of `command` (program and arguments) executes under the
-    qemu-user `emulator`."""
+    """Guest instructions one run of the engine with `args` executes under the board's
+    qemu-user (its translation log: -d in_asm,exec,nochain, or -singlestep -d exec)."""
     with tempfile.TemporaryDirectory(prefix="needle-count-") as tmp:
         log = os.path.join(tmp, "exec.log")
         flags = (["-singlestep", "-d", "exec,nochain"] if singlestep else ["-d", "in_asm,exec,nochain"])
-        cmd = [emulator[0], *flags, "-D", log, *emulator[1:], *command]
-        env = dict(os.environ, NEEDLE_BENCH=mode)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+        proc = run.run(args, timeout=3600, env={"NEEDLE_BENCH": mode}, emulator_flags=flags + ["-D", log])
         if proc.returncode:
             raise CactError(f"instruction count run failed: {proc.stderr.strip() or proc.returncode}")
         if singlestep:
@@ -252,20 +250,20 @@ def count_instructions_of(emulator: list[str], command: list[str], singlestep: b
         return count_log(log)
 
 
-def per_token(emulator: list[str], binary: list[str], n: int) -> tuple[int, list[int]]:
+def per_token(run: BoardRunner, n: int) -> tuple[int, list[int]]:
     """(instructions per decode step, the raw counts): runs of n and n/2 prefill+decode
     tokens, each taken twice."""
     lo = max(1, n // 2)
-    counts = [count_instructions(emulator, binary, k) for k in (lo, n, lo, n)]
+    counts = [count_instructions(run, k) for k in (lo, n, lo, n)]
     steps = 2 * (n - lo)
     return round((counts[1] - counts[0]) / steps), counts
 
 
-def prefill_per_token(emulator: list[str], binary: list[str], n: int, step: int) -> tuple[int, list[int]]:
+def prefill_per_token(run: BoardRunner, n: int, step: int) -> tuple[int, list[int]]:
     """(instructions per prompt token of an n-token needle_prefill, the raw counts): the
     prompt's count with start-up removed, start-up being a one-token prompt's count less one
     decode step; every pass's weight unpacking and the last token's output head included."""
-    counts = [count_instructions(emulator, binary, k, mode="count-prefill") for k in (1, n)]
+    counts = [count_instructions(run, k, mode="count-prefill") for k in (1, n)]
     return round((counts[1] - counts[0] + step) / n), counts
 
 
@@ -378,22 +376,21 @@ def time_bench(archive_path: str, a, engine_cmd: str, scalar_cmd: str | None, n:
 
 
 def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: str | None, n: int) -> dict:
-    k = len(board["emulator"]["command"])
-    emulator, binary = shlex.split(engine_cmd)[:k], shlex.split(engine_cmd)[k:]
+    run = runner_of(board, engine_cmd)
     n = max(2, min(n, 8))        # 2n steps per run; the tiny archive needs no more to be stable
-    fam = run_engine_family(emulator, binary)
+    fam = run_engine_family(run)
     if not scalar_cmd and fam != "scalar":
         raise CactError(f"the engine runs the {fam} kernels: give --scalar-engine "
                         "(an engine built with kernels=scalar) for the comparison")
-    fast, fast_counts = per_token(emulator, binary, n)
+    fast, fast_counts = per_token(run, n)
     fast2 = round((fast_counts[3] - fast_counts[2]) / (2 * (n - max(1, n // 2))))
     if scalar_cmd:
-        sbin = shlex.split(scalar_cmd)[k:]
-        scalar, scalar_counts = per_token(emulator, sbin, n)
+        srun = runner_of(board, scalar_cmd)
+        scalar, scalar_counts = per_token(srun, n)
     else:
-        sbin, scalar, scalar_counts = binary, fast, fast_counts
+        srun, scalar, scalar_counts = run, fast, fast_counts
     pn = min(4 * n, a.header["max_seq_len"] // 2)   # a prompt of several passes on small-RAM boards
-    prefill, prefill_counts = prefill_per_token(emulator, binary, pn, fast)
+    prefill, prefill_counts = prefill_per_token(run, pn, fast)
     macs = macs_per_token(a)
     result = {
         "archive": archive_path, "board": board["name"], "kernels": fam, "tokens": n,
@@ -409,7 +406,7 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
         "macs_per_instruction_scalar": round(macs / scalar, 3),
         "counts": {"fast": fast_counts, "scalar": scalar_counts, "prefill": prefill_counts,
                    "tokens": [max(1, n // 2), n, max(1, n // 2), n]},
-        "engine_text": engine_text(binary[0]), "engine_text_scalar": engine_text(sbin[0]),
+        "engine_text": engine_text(run.binary), "engine_text_scalar": engine_text(srun.binary),
     }
     print(f"{board['name']}: instructions per token (qemu-user, `-d in_asm,exec,nochain`, "
           f"--bench {n} minus --bench {max(1, n // 2)}, each twice)")
@@ -421,13 +418,30 @@ def count_bench(archive_path: str, a, board: dict, engine_cmd: str, scalar_cmd: 
     return result
 
 
-def run_engine_family(emulator: list[str], engine: list[str]) -> str:
-    out = subprocess.run([*emulator, *engine, "--bench", "1"], capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, NEEDLE_BENCH="count"))
+def run_engine_family(run: BoardRunner) -> str:
+    out = run.run(["--bench", "1"], timeout=600, env={"NEEDLE_BENCH": "count"})
     try:
         return json.loads(out.stdout.strip().splitlines()[-1]).get("kernels", "?")
     except (ValueError, IndexError):
         return "?"
+
+
+def runner_of(board: dict, engine_cmd: str) -> BoardRunner:
+    """The runner behind an engine command line for `board` (as scons bench=1 writes it:
+    BoardRunner.shell_line, i.e. the emulator, the binary, and `--archive PATH` on
+    placement-file boards)."""
+    from generator.build.runner import BoardRunner
+    words, emu = shlex.split(engine_cmd), board["emulator"]["command"]
+    if words[:len(emu)] != emu or len(words) <= len(emu):
+        raise CactError(f"--engine {engine_cmd!r} does not run under board {board['name']}'s emulator "
+                        f"({shlex.join(emu)})")
+    binary, rest = words[len(emu)], words[len(emu) + 1:]
+    if rest[:1] == ["--archive"] and len(rest) == 2:
+        return BoardRunner(board, binary, rest[1])
+    if rest:
+        raise CactError(f"--engine {engine_cmd!r}: only the engine and its --archive PATH may follow "
+                        "the emulator")
+    return BoardRunner(board, binary)
 
 
 def add_command(sub) -> None:

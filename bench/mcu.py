@@ -32,17 +32,12 @@ from pathlib import Path
 
 from generator.archive.format import CQ_GROUP
 from generator.build import boards, flags
+from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
-ICOUNT = ["-icount", "shift=0"]
+ICOUNT = ["-icount", "shift=0"]     # the emulator flags of every run here: deterministic instruction counting
 ENGINE_OBJECTS = ("needle_model.o", "needle_kernels.o", "needle_tokenizer.o")
-
-
-def emulator_command(board: dict, elf: str, args: list[str], image: str | None = None) -> list[str]:
-    """The board's run command with deterministic instruction counting (-icount shift=0)."""
-    cmd = boards.run_command(board, elf, [str(a) for a in args], image)
-    return cmd[:1] + ICOUNT + cmd[1:]
 
 
 def ns_per_tick(board: dict) -> float:
@@ -55,11 +50,8 @@ def ns_per_tick(board: dict) -> float:
 
 def run_firmware(board: dict, build_dir: Path, args: list[str], timeout: int = 3600) -> str:
     image = build_dir / "archive.bin"
-    cmd = emulator_command(board, str(build_dir / "needle.elf"), args, str(image) if image.exists() else None)
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except OSError as exc:
-        raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+    run = BoardRunner(board, build_dir / "needle.elf", image if image.exists() else None)
+    out = run.run(args, timeout=timeout, emulator_flags=ICOUNT)
     if out.returncode:
         raise CactError(f"{build_dir / 'needle.elf'} {' '.join(args)} failed ({out.returncode}): "
                         f"{out.stderr.strip()}")
@@ -226,8 +218,7 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
 def run_kernel_driver(board_name: str, elf: Path, timeout: int = 600) -> tuple[str, dict]:
     board = boards.load(board_name)
     image = elf.parent / "widths.cact" if board["archive"]["placement"] == "partition" else None
-    cmd = emulator_command(board, str(elf), ["driver"], str(image) if image else None)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = BoardRunner(board, elf, image).run(["driver"], timeout=timeout, emulator_flags=ICOUNT)
     res = last_json(out.stdout)
     res["returncode"] = out.returncode
     k = ns_per_tick(board)

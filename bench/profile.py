@@ -30,6 +30,7 @@ from elftools.elf.elffile import ELFFile
 
 from bench import host, mcu
 from generator.build import boards
+from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
 
@@ -43,16 +44,15 @@ def run_logged(board: dict, build: Path, args: list[str], archive: str | None,
     with tempfile.TemporaryDirectory(prefix="needle-profile-") as tmp:
         log = os.path.join(tmp, "exec.log")
         trace = ["-d", "in_asm,exec,nochain", "-D", log]
-        env = dict(os.environ)
         if board["os"] == "none":
-            cmd = mcu.emulator_command(board, str(build / "needle.elf"), args, archive)
+            run = BoardRunner(board, build / "needle.elf", archive)
+            flags, env = mcu.ICOUNT + trace, None
         else:
-            cmd = boards.run_command(board, str(build / "needle"), args, archive)
-            env["NEEDLE_BENCH"] = mode
-        cmd = cmd[:1] + trace + cmd[1:]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+            run = BoardRunner(board, build / "needle", archive)
+            flags, env = trace, {"NEEDLE_BENCH": mode}
+        proc = run.run(args, timeout=3600, env=env, emulator_flags=flags)
         if proc.returncode:
-            raise CactError(f"profile run failed ({' '.join(cmd[:3])} ...): "
+            raise CactError(f"profile run failed ({' '.join(proc.args[:3])} ...): "
                             f"{proc.stderr.strip()[-300:] or proc.returncode}")
         return host.call_counts(log, calls) if calls else host.block_counts(log, within)
 

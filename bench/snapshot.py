@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bench.host import DEMO_QUERY, DEMO_TOOLS, count_log, count_instructions_of, time_to_first_token
 from generator.build import boards
+from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,11 +58,10 @@ def image_of(board: dict, where: Path, archive: str | None) -> str | None:
 
 
 def count_bare_metal(board: dict, where: Path, archive: str | None) -> int:
-    cmd = boards.run_command(board, str(where / "needle.elf"), ARGS, image_of(board, where, archive))
+    run = BoardRunner(board, where / "needle.elf", image_of(board, where, archive))
     with tempfile.TemporaryDirectory(prefix="needle-ttft-") as tmp:
         log = os.path.join(tmp, "exec.log")
-        proc = subprocess.run(cmd[:1] + ["-d", "in_asm,exec,nochain", "-D", log] + cmd[1:], cwd=ROOT,
-                              capture_output=True, text=True, timeout=3600)
+        proc = run.run(ARGS, cwd=ROOT, timeout=3600, emulator_flags=["-d", "in_asm,exec,nochain", "-D", log])
         if proc.returncode:
             raise CactError(f"{where / 'needle.elf'} failed: {proc.stderr.strip() or proc.returncode}")
         return count_log(log)
@@ -84,19 +84,18 @@ def measure(name: str, out: Path, archive: str | None) -> dict:
     elif board["os"] == "linux":
         for on in (True, False):
             # one thread: qemu-user's log interleaves threads, and the output does not depend on it
-            cmd = boards.run_command(board, str(dirs[on] / "needle"), ARGS + ["--threads", "1"],
-                                     image_of(board, dirs[on], archive))
-            emu = list(board["emulator"]["command"])
-            result["ttft_instructions_" + ("with" if on else "without")] = count_instructions_of(emu, cmd[len(emu):])
+            run = BoardRunner(board, dirs[on] / "needle", image_of(board, dirs[on], archive))
+            result["ttft_instructions_" + ("with" if on else "without")] = \
+                count_instructions_of(run, ARGS + ["--threads", "1"])
         unit = "ttft_instructions"
     else:
         for on in (True, False):
             result["ttft_instructions_" + ("with" if on else "without")] = count_bare_metal(board, dirs[on], archive)
         unit = "ttft_instructions"
-    env = json.loads(subprocess.run(boards.run_command(board, str(dirs[True] / ("needle.elf" if board["os"] == "none" else "needle")),
-                                                       ["--query", DEMO_QUERY, "--force-call", "--max-new", "64"],
-                                                       image_of(board, dirs[True], archive)),
-                                    cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    run = BoardRunner(board, dirs[True] / ("needle.elf" if board["os"] == "none" else "needle"),
+                      image_of(board, dirs[True], archive))
+    env = json.loads(run.run(["--query", DEMO_QUERY, "--force-call", "--max-new", "64"], cwd=ROOT,
+                             check=True).stdout.splitlines()[-1])
     result.update(prompt_tokens=env["prompt_tokens"], prefix_tokens=env["prefix_tokens"],
                   snapshot_bytes=(dirs[True] / "prefix.bin").stat().st_size,
                   ratio=round(result[unit + "_without"] / result[unit + "_with"], 2))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bench.host import count_instructions_of
 from generator.build import boards
+from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,9 +59,8 @@ def measure(board_name: str) -> dict:
         for name in ("tiny", "small"):
             archive = GOLDEN / name / "archive.cact"
             exe = build(board_name, archive, Path(tmp) / name)
-            cmd = boards.run_command(board, str(exe), ["--info"], str(archive))
-            counts[name] = (archive.stat().st_size,
-                            [count_instructions_of(cmd[:1], cmd[1:]) for _ in range(2)])
+            run = BoardRunner(board, exe, archive)
+            counts[name] = (archive.stat().st_size, [count_instructions_of(run, ["--info"]) for _ in range(2)])
     (b0, c0), (b1, c1) = counts["tiny"], counts["small"]
     per_byte = (c1[0] - c0[0]) / (b1 - b0)
     mhz = CLOCK_MHZ.get(board_name)

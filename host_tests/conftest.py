@@ -124,3 +124,12 @@ def board_error(board_dir):
         assert message.startswith(f"board file {name}.toml: ") and "\n" not in message, message
         return message
     return load_edited
+
+
+@pytest.fixture(scope="session")
+def board_runner():
+    """board_runner(board, binary, archive=None) -> a BoardRunner (generator/build/runner.py):
+    how every test runs a program on a board (a board dict or name; archive: the archive file
+    of a `file`-placement board, the image of a `partition` one)."""
+    from generator.build.runner import BoardRunner
+    return BoardRunner

@@ -20,7 +20,6 @@ from generator.model.needle2 import Needle2
 from generator.tools.decode import run_turn
 from generator.tools.schema import compile_tools
 from host_tests.scons_run import ROOT, scons
-from host_tests.test_library import run_on
 
 EXAMPLE = ROOT / "examples" / "tools"
 TOOLS = EXAMPLE / "tools.json"
@@ -60,7 +59,7 @@ def twin():
 
 
 @pytest.mark.parametrize("name", ["host", "rpi-zero", "watch-m4"])
-def test_handlers_receive_typed_arguments(name, twin, tmp_path):
+def test_handlers_receive_typed_arguments(name, twin, tmp_path, board_runner):
     board = boards.load(name)
     why = boards.missing_tools(board, run=True)
     if why:
@@ -74,8 +73,10 @@ def test_handlers_receive_typed_arguments(name, twin, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     shipped = sdk.archive_file(board)
     archive = sdk_dir / "share" / "needle" / shipped if shipped else None
+    example = board_runner(board, tmp_path / "tools", archive)
     for query, max_new in QUERIES:
-        got = run_on(board, tmp_path / "tools", [query, str(max_new)], archive, tmp_path)
+        got = example.run([query, str(max_new)], cwd=tmp_path, timeout=600, text=False,
+                          env={"NEEDLE_ARCHIVE": str(archive or "")})
         assert got.returncode == 0, got.stdout + got.stderr
         env = twin[query]
         want = expected_output(env["function_calls"]) + f"function_calls: {env['calls_json']}\n"

@@ -45,26 +45,24 @@ def built(tmp_path_factory):
     return out
 
 
-def run_on(board: dict, build_dir: Path, args: list[str], cwd: Path,
-           archive: str = "tiny") -> subprocess.CompletedProcess:
-    """Run the build on its board; the archive goes along as the partition image (archive.bin
-    beside the firmware) or, on placement-file boards, as the file (--archive)."""
+def engine_of(board: dict, build_dir: Path, archive: str = "tiny") -> tuple[Path, Path | None]:
+    """(the build's engine, its archive): the partition image (archive.bin beside the
+    firmware) or, on placement-file boards, the file (--archive)."""
     binary = build_dir / ("needle.elf" if board["os"] == "none" else "needle")
     image = build_dir / "archive.bin"
     if board["archive"]["placement"] == "file":
         image = GOLDEN / archive / "archive.cact"
-    cmd = boards.run_command(board, str(binary), [str(a) for a in args],
-                             str(image) if image.exists() else None)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd)
+    return binary, image if image.exists() else None
 
 
 @pytest.mark.parametrize("name", ARCHIVES)
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_board_matches_goldens(built, board_name, name, tmp_path):
+def test_board_matches_goldens(built, board_name, name, tmp_path, board_runner):
     board = boards.load(board_name)
+    engine = board_runner(board, *engine_of(board, built[board_name, name], name))
     meta, logits = golden.load(GOLDEN / name)
-    proc = run_on(board, built[board_name, name],
-                  ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"], tmp_path, name)
+    proc = engine.run(["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"], cwd=tmp_path,
+                      timeout=1800)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "logits.f32", dtype="<f4").reshape(logits["a8"].shape)
     want = logits["a8"]
@@ -75,15 +73,15 @@ def test_board_matches_goldens(built, board_name, name, tmp_path):
     # goal: the integer kernels are exact and every float step has one order, so the
     # logits are bit-identical to the host's on every board
     assert np.array_equal(got, want)
-    greedy = run_on(board, built[board_name, name],
-                    ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], tmp_path, name)
+    greedy = engine.run(["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], cwd=tmp_path,
+                        timeout=1800)
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
     # batched prefill (the board's own chunk) of all but the last 3 tokens, then 3 steps: the
     # same rows (host_tests/test_prefill.py covers chunk sizes, threads and both GEMM forms)
     k = len(meta["tokens"]) - 3
-    proc = run_on(board, built[board_name, name], ["--tokens", ",".join(map(str, meta["tokens"])), "--prefill", k,
-                                                    "--logits", "prefill.f32"], tmp_path, name)
+    proc = engine.run(["--tokens", ",".join(map(str, meta["tokens"])), "--prefill", k, "--logits", "prefill.f32"],
+                      cwd=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "prefill.f32", dtype="<f4").reshape(4, want.shape[1])
     assert np.array_equal(got, want[k - 1:])
@@ -110,15 +108,15 @@ def _twin_envelope(name: str, tools: str) -> dict:
 @pytest.mark.parametrize("tools", sorted(CALLS))
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, tmp_path):
+def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, tmp_path, board_runner):
     """A forced tool call, constrained, under the board's emulator: the envelope (timings and
     memory aside) is the Python twin's, token for token (docs/grammar.md)."""
     from host_tests.test_tool_call import ENVELOPE_KEYS
     import json
     board = boards.load(board_name)
     path, query = CALLS[tools]
-    proc = run_on(board, built[board_name, name], ["--tools", str(path), "--query", query, "--force-call",
-                                                   "--max-new", "64"], tmp_path, name)
+    proc = board_runner(board, *engine_of(board, built[board_name, name], name)).run(
+        ["--tools", str(path), "--query", query, "--force-call", "--max-new", "64"], cwd=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert {k: got[k] for k in ENVELOPE_KEYS} == _twin_envelope(name, tools)
@@ -126,15 +124,16 @@ def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, 
 
 
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_board_boot_check_and_errors(built, board_name, tmp_path):
+def test_board_boot_check_and_errors(built, board_name, tmp_path, board_runner):
     """Errors are one line with a real exit status under emulation too."""
     board = boards.load(board_name)
-    proc = run_on(board, built[board_name, "tiny"], ["--tokens", "2,99999"], tmp_path)
+    proc = board_runner(board, *engine_of(board, built[board_name, "tiny"])).run(["--tokens", "2,99999"],
+                                                                                  cwd=tmp_path, timeout=1800)
     assert proc.returncode == 2
     assert "is not a token id" in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_partition_board_refuses_a_different_archive(built, tmp_path):
+def test_partition_board_refuses_a_different_archive(built, tmp_path, board_runner):
     """watch-m7 flashes the archive separately: flashing another one must be refused."""
     board = boards.load("watch-m7")
     build_dir = built["watch-m7", "tiny"]
@@ -142,7 +141,7 @@ def test_partition_board_refuses_a_different_archive(built, tmp_path):
     other.mkdir()
     shutil.copy(build_dir / "needle.elf", other / "needle.elf")
     shutil.copy(GOLDEN / "tiny-wrap-kv4" / "archive.cact", other / "archive.bin")
-    proc = run_on(board, other, ["--info"], tmp_path)
+    proc = board_runner(board, *engine_of(board, other)).run(["--info"], cwd=tmp_path, timeout=1800)
     assert proc.returncode == 3
     assert "differs from the one this engine was generated for" in proc.stderr
 

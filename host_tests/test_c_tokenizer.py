@@ -84,16 +84,16 @@ EXTRA_TEXTS = [
 # ------------------------------------------------------------------------ builds
 
 class Build:
-    def __init__(self, name: str, directory: Path, plan: dict, tok: Tokenizer):
+    def __init__(self, name: str, directory: Path, plan: dict, tok: Tokenizer, board_runner):
         self.name, self.dir, self.plan, self.tok = name, directory, plan, tok
+        self.board_runner = board_runner      # the drivers run on the host board
         self.exe: dict[str, Path] = {}
         self.errors: dict[str, str] = {}
 
     def run(self, variant: str, *args, timeout: float = 60) -> str:
         if variant in self.errors:
             pytest.skip(self.errors[variant])
-        proc = subprocess.run([str(self.exe[variant]), *map(str, args)], capture_output=True,
-                              env=RUN_ENV, timeout=timeout)
+        proc = self.board_runner("host", self.exe[variant]).run(args, env=RUN_ENV, timeout=timeout, text=False)
         assert proc.returncode == 0, (f"{variant} driver failed ({proc.returncode}):\n"
                                       + proc.stderr.decode("utf-8", "replace")[-3000:])
         assert not proc.stderr, proc.stderr.decode("utf-8", "replace")[-3000:]
@@ -107,13 +107,13 @@ def _render(name: str, directory: Path, max_text: int = pt.DEFAULT_MAX_TEXT):
 
 
 @pytest.fixture(scope="session")
-def builds(tmp_path_factory) -> dict:
+def builds(tmp_path_factory, board_runner) -> dict:
     """Render, then compile every (archive, variant) pair in parallel; once per session."""
     out, procs = {}, []
     for name in ARCHIVES:
         d = tmp_path_factory.mktemp(f"ctok-{name}")
         archive, plan = _render(name, d)
-        b = out[name] = Build(name, d, plan, Tokenizer(archive.tokenizer))
+        b = out[name] = Build(name, d, plan, Tokenizer(archive.tokenizer), board_runner)
         for variant, (cc, flags) in VARIANTS.items():
             if shutil.which(cc) is None:
                 b.errors[variant] = f"{cc} is not installed"
@@ -607,7 +607,7 @@ def _synth_tokenizer(cfg: dict, vocab: int, seed: int):
 
 
 @pytest.fixture(scope="session")
-def synth_builds(tmp_path_factory, tiny_bytes, edit) -> dict:
+def synth_builds(tmp_path_factory, tiny_bytes, edit, board_runner) -> dict:
     """The tiny archive with four synthetic 1024-piece tokenizers, each rendered and built
     (gcc; the first also with clang and the sanitizers)."""
     from generator.archive.tokenizer import _pack_blob
@@ -620,7 +620,7 @@ def synth_builds(tmp_path_factory, tiny_bytes, edit) -> dict:
         path.write_bytes(edit.with_tokenizer_blob(tiny_bytes, blob))
         archive = reader.read(path)
         plan = write_tokenizer_sources(path, d, cfg["max_text"])
-        b = out[label] = Build(label, d, plan, Tokenizer(archive.tokenizer))
+        b = out[label] = Build(label, d, plan, Tokenizer(archive.tokenizer), board_runner)
         for variant in (["gcc"] if k else ["gcc", "clang", "asan"]):
             cc, flags = VARIANTS[variant]
             if shutil.which(cc) is None:

@@ -11,7 +11,6 @@ head is reported raw."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -45,13 +44,13 @@ def engines(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
-def test_the_head_joins_the_confidence_like_the_twin(engines, name):
+def test_the_head_joins_the_confidence_like_the_twin(engines, name, board_runner):
     model, tok = reference(name)
     text = DEMO_TOOLS.read_text()
     results = '[{"minutes":10,"ok":true}]'
-    proc = subprocess.run([str(engines / name / "needle"), "--tools", str(DEMO_TOOLS), "--query",
-                           "set a timer for ten minutes", "--force-call", "--max-new", "56", "--reply", results],
-                          capture_output=True, text=True, check=True)
+    proc = board_runner("host", engines / name / "needle").run(
+        ["--tools", DEMO_TOOLS, "--query", "set a timer for ten minutes", "--force-call", "--max-new", "56",
+         "--reply", results], check=True)
     got = [json.loads(line) for line in proc.stdout.splitlines()]
     s = Session(model, tok, compile_tools(text, force_call=True), head_tokens=MAX_SEQ)
     want = [s.turn(render_prompt_ids(tok, text, "set a timer for ten minutes"), 56), s.reply(results, 56)]
@@ -67,8 +66,8 @@ def test_without_the_cells_the_envelope_says_decoding(needle_heads):  # noqa: F8
     """head_tokens=4: the prompt alone is longer, so the head cannot score the turn."""
     model, tok = reference("tiny")
     text = DEMO_TOOLS.read_text()
-    proc = subprocess.run([str(needle_heads), "--tools", str(DEMO_TOOLS), "--query", "lights on",
-                           "--force-call", "--max-new", "64"], capture_output=True, text=True, check=True)
+    proc = needle_heads.run(["--tools", DEMO_TOOLS, "--query", "lights on", "--force-call", "--max-new", "64"],
+                            check=True)
     got = json.loads(proc.stdout)
     want = Session(model, tok, compile_tools(text, force_call=True), head_tokens=4).turn(
         render_prompt_ids(tok, text, "lights on"), 64)

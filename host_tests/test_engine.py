@@ -14,6 +14,7 @@ from elftools.elf.elffile import ELFFile
 
 from generator.build import boards
 from generator.build import elfcheck
+from generator.build.runner import BoardRunner
 from generator.commands import golden
 from generator.errors import CactError
 from host_tests.scons_run import scons
@@ -31,7 +32,9 @@ def build(archive: Path, build_dir: Path, *extra: str) -> Path:
 
 
 def run(binary: Path, *args, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=600)
+    """The host engine `binary` with `args` (BoardRunner, as conftest's board_runner), its
+    failure an assertion unless check=False."""
+    proc = BoardRunner("host", binary).run(args, timeout=600)
     if check and proc.returncode:
         raise AssertionError(f"{binary} {' '.join(map(str, args))} failed: {proc.stderr}")
     return proc

@@ -100,12 +100,11 @@ def watch_copy(board_dir: Path, name: str, grammar: str) -> None:
     (board_dir / f"{name}.toml").write_text(text + "\n[grammar]\n" + grammar + "\n")
 
 
-def test_runtime_false_keeps_only_the_built_in_list(board_dir, tmp_path):
+def test_runtime_false_keeps_only_the_built_in_list(board_dir, tmp_path, board_runner):
     """[grammar] runtime = false on a watch: the compiler and its store leave the image (the
     linker drops them), the built-in call is the twin's, --tools is refused in one line, and a
     build without tools=FILE is refused before anything builds."""
     from elftools.elf.elffile import ELFFile
-    from host_tests.test_library import run_on
     from host_tests.test_tool_call import ENVELOPE_KEYS, _reference, python_envelope
     board = boards.load("watch-m4")
     if boards.missing_tools(board, run=True):
@@ -125,12 +124,13 @@ def test_runtime_false_keeps_only_the_built_in_list(board_dir, tmp_path):
     assert "needle_grammar_compile" not in names and "store" not in names and "tools_file" not in names
     assert "needle_call_grammar" in names
     query = "set a timer for ten minutes"
-    got = run_on(board, build / "needle.elf", ["--query", query, "--force-call", "--max-new", "64"], None, tmp_path)
+    engine = board_runner(board, build / "needle.elf")
+    got = engine.run(["--query", query, "--force-call", "--max-new", "64"], cwd=tmp_path, timeout=600, text=False)
     assert got.returncode == 0, got.stderr
     model, tok = _reference("tiny")
     env = json.loads(got.stdout.decode())
     want = python_envelope(model, tok, DEMO_TOOLS.read_text(), query, 64, True)
     keys = [k for k in ENVELOPE_KEYS if k != "prefix_tokens"]    # the watch starts from its snapshot
     assert {k: env[k] for k in keys} == {k: want[k] for k in keys} and env["prefix_tokens"] > 0
-    refused = run_on(board, build / "needle.elf", ["--tools", str(DEMO_TOOLS), "--query", query], None, tmp_path)
+    refused = engine.run(["--tools", DEMO_TOOLS, "--query", query], cwd=tmp_path, timeout=600, text=False)
     assert refused.returncode == 2 and b"runtime = false" in refused.stderr and refused.stdout == b""

@@ -54,16 +54,6 @@ def unavailable(family: str, board_name: str) -> str | None:
     return boards.missing_tools(board, run=True)
 
 
-def run_on(board: dict, binary: Path, args: list, cwd: Path, env=None,
-           archive: Path | None = None) -> subprocess.CompletedProcess:
-    """Run an engine (with its archive file on placement-file boards) or any other program."""
-    if archive is None and board["os"] == "linux":
-        cmd = board["emulator"]["command"] + [str(binary)] + [str(a) for a in args]
-    else:
-        cmd = boards.run_command(board, str(binary), [str(a) for a in args], str(archive))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd, env=env)
-
-
 @pytest.fixture(scope="session")
 def family_builds(tmp_path_factory):
     """(family, archive) -> engine binary (one scons at a time: they share .sconsign)."""
@@ -82,7 +72,7 @@ def family_builds(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ARCHIVES)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_matches_goldens(family_builds, family, name, tmp_path):
+def test_family_matches_goldens(family_builds, family, name, tmp_path, board_runner):
     why = unavailable(family, GOLDEN_BOARD[family])
     if why:
         pytest.skip(why)
@@ -91,14 +81,15 @@ def test_family_matches_goldens(family_builds, family, name, tmp_path):
     gen = (binary.parent / "gen" / "needle_kernels.h").read_text()
     assert f'#define NK_KERNELS      "{family}"' in gen
     meta, logits = golden.load(GOLDEN / name)
-    proc = run_on(board, binary, ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"],
-                  tmp_path, archive=GOLDEN / name / "archive.cact")
+    engine = board_runner(board, binary, GOLDEN / name / "archive.cact")
+    proc = engine.run(["--tokens", ",".join(map(str, meta["tokens"])), "--logits", "logits.f32"], cwd=tmp_path,
+                      timeout=1800)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "logits.f32", dtype="<f4").reshape(logits["a8"].shape)
     assert np.array_equal(got, logits["a8"]), \
         f"{family} {name}: max |Δlogit| {np.abs(got - logits['a8']).max():.3g}"
-    greedy = run_on(board, binary, ["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"],
-                    tmp_path, archive=GOLDEN / name / "archive.cact")
+    greedy = engine.run(["--prompt", meta["prompt"], "--max-new", meta["recipe"]["max_new"], "--ids"], cwd=tmp_path,
+                        timeout=1800)
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
 
@@ -365,7 +356,7 @@ def unit_gen(tmp_path_factory):
 
 @pytest.mark.parametrize("family,board_name", [*((f, NATIVE_BOARD[f]) for f in FAMILIES), ("scalar", "host"),
                                                ("scalar", "router-mt7621"), ("scalar", "router-ath79")])
-def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_name, tmp_path):
+def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_name, tmp_path, board_runner):
     """scalar: its per-shape nk_gemv_a8 instances against the generic nk_gemv_a8_scalar, on the
     host and on both MIPS routers (their 4-bit pair dots accumulate in HI/LO in assembly, and
     their butterflies are the soft-float runtime's nk_sf_butterfly)."""
@@ -386,7 +377,7 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
                            *runtime, *flags.link_flags(board), "-o", str(exe), "-lm"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    out = run_on(board, exe, [], tmp_path)
+    out = board_runner(board, exe).run([], cwd=tmp_path, timeout=1800)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     src = (gen / "needle_kernels.c").read_text()
     runs = "#define NK_WS_RUNS 1" in (gen / "needle_kernels.h").read_text()
@@ -420,14 +411,13 @@ def test_per_shape_instances_follow_the_archive(tmp_path):
 
 # ---- the instruction-count benchmark ----------------------------------------------------
 
-def test_instruction_counts_are_deterministic(family_builds):
+def test_instruction_counts_are_deterministic(family_builds, board_runner):
     fam = "neon64-dot"
     if (fam, "tiny") not in family_builds:
         pytest.skip(unavailable(fam, GOLDEN_BOARD[fam]))
     board = boards.load(GOLDEN_BOARD[fam])
-    emu = board["emulator"]["command"]
-    binary = str(family_builds[fam, "tiny"])
-    counts = [bench.count_instructions(emu, binary, n) for n in (1, 2, 1, 2)]
+    engine = board_runner(board, family_builds[fam, "tiny"])
+    counts = [bench.count_instructions(engine, n) for n in (1, 2, 1, 2)]
     assert counts[0] == counts[2] and counts[1] == counts[3] and counts[1] > counts[0]
 
 

@@ -28,7 +28,6 @@ covered by test_boards.py, which builds every board with its own kernel family. 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -119,13 +118,12 @@ def test_benchmark_json_and_repeatability(board, tmp_path):
         assert again[key] == res[key], key
 
 
-def test_bare_metal_bench_needs_a_count(tmp_path):
+def test_bare_metal_bench_needs_a_count(tmp_path, board_runner):
     """--bench on bare metal goes through the same argument checks as on Linux."""
     build = tmp_path / "m4"
     scons("board=watch-m4", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={build}")
     board = boards.load("watch-m4")
-    bad = subprocess.run(boards.run_command(board, str(build / "needle.elf"), ["--bench", "0"]),
-                         capture_output=True, text=True, timeout=120)
+    bad = board_runner(board, build / "needle.elf").run(["--bench", "0"], timeout=120)
     assert bad.returncode == 2 and "--bench wants an integer" in bad.stderr
     out = bench_mcu.run_bench(board, build, 2)
     assert out["tokens"] == 2 and out["kernels"] == "mdsp" and out["decode_ticks"] > 0

@@ -62,46 +62,36 @@ def build_example(how: str, sdk_dir: Path, out: Path) -> Path:
     return out / "hello"
 
 
-def run_on(board: dict, program: Path, args: list[str], archive: Path | None, cwd: Path) -> subprocess.CompletedProcess:
-    """program args... on the board (its emulator); an archive file through NEEDLE_ARCHIVE
-    (the example) or --archive (the CLI: boards.run_command adds it)."""
-    cmd = boards.run_command(board, str(program), args, str(archive) if archive else None)
-    env = {"PATH": subprocess.os.environ["PATH"], "NEEDLE_ARCHIVE": str(archive or "")}
-    return subprocess.run(cmd, capture_output=True, timeout=600, cwd=cwd, env=env)
-
-
 @pytest.mark.parametrize("name,how", CASES, ids=[f"{b}-{h}" for b, h in CASES])
-def test_example_equals_the_board_cli(name, how, sdks, tmp_path):
+def test_example_equals_the_board_cli(name, how, sdks, tmp_path, board_runner):
     build = sdks(name)
     board = boards.load(name)
     sdk_dir = build / sdk.SDK_DIR
     program = build_example(how, sdk_dir, tmp_path / "out")
     shipped = sdk.archive_file(board)
     archive = sdk_dir / "share" / "needle" / shipped if shipped else None
-    if board["os"] == "linux" and board["archive"]["placement"] == "file":
-        # the example maps $NEEDLE_ARCHIVE; run_command would add --archive for the CLI only
-        cmd = board["emulator"]["command"] + [str(program), QUERY, str(MAX_NEW)]
-        got = subprocess.run(cmd, capture_output=True, timeout=600,
-                             env={"PATH": subprocess.os.environ["PATH"], "NEEDLE_ARCHIVE": str(archive)})
-    else:
-        got = run_on(board, program, [QUERY, str(MAX_NEW)], archive, tmp_path)
+    # the example maps $NEEDLE_ARCHIVE: no --archive for it (the CLI below takes one; both get
+    # NEEDLE_ARCHIVE, as the example's users set it)
+    example = board_runner(board, program, None if board["archive"]["placement"] == "file" else archive)
+    env = {"NEEDLE_ARCHIVE": str(archive or "")}
+    got = example.run([QUERY, str(MAX_NEW)], cwd=tmp_path, timeout=600, text=False, env=env)
     assert got.returncode == 0, got.stdout + got.stderr
     lines = got.stdout.decode("utf-8", "surrogateescape").split("\n")
     assert lines[0].startswith("ids: ") and lines[1].startswith("text: ") and lines[2:] == [""], got.stdout
 
     tools = tmp_path / "tools.json"
     tools.write_text(example_tools())
-    cli = build / ("needle.elf" if board["os"] == "none" else "needle")
+    cli = board_runner(board, build / ("needle.elf" if board["os"] == "none" else "needle"), archive)
     common = ["--tools", str(tools), "--query", QUERY, "--max-new", str(MAX_NEW)]
-    ids = run_on(board, cli, common + ["--ids"], archive, tmp_path)
-    text = run_on(board, cli, common + ["--raw"], archive, tmp_path)
+    ids = cli.run(common + ["--ids"], cwd=tmp_path, timeout=600, text=False, env=env)
+    text = cli.run(common + ["--raw"], cwd=tmp_path, timeout=600, text=False, env=env)
     assert ids.returncode == 0 and text.returncode == 0, ids.stderr + text.stderr
     assert lines[0] == "ids: " + ids.stdout.decode().strip()
     assert len(lines[0].split(",")) == MAX_NEW          # the random demo weights never pick EOS
     assert got.stdout.split(b"\n")[1] == b"text: " + text.stdout.rstrip(b"\n")
 
 
-def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path):
+def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path, board_runner):
     """Every generated file names paths relative to itself: a copy elsewhere builds and runs,
     and no text file of the SDK holds the build directory's or the repository's path."""
     build = sdks("watch-m4")
@@ -130,7 +120,7 @@ def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path):
     shutil.rmtree(sdk_dir)                 # nothing may still point into the build directory
     try:
         program = build_example("make", moved, tmp_path / "out")
-        got = run_on(boards.load("watch-m4"), program, [QUERY, "4"], None, tmp_path)
+        got = board_runner("watch-m4", program).run([QUERY, "4"], cwd=tmp_path, timeout=600, text=False)
         assert got.returncode == 0 and got.stdout.startswith(b"ids: "), got.stdout + got.stderr
     finally:
         shutil.copytree(moved, sdk_dir)

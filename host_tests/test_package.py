@@ -555,12 +555,14 @@ def scons_build(board_name: str, build: Path):
     return board, build / "needle"
 
 
-def serve_one_request(cmd: list[str], sock: Path) -> dict:
-    """Start `cmd` (a `needle --serve --socket sock ...`), send one request, return the answer."""
+def serve_one_request(engine, args: list[str], sock: Path) -> dict:
+    """Start the engine (its BoardRunner) with `args` (`--serve --socket sock ...`), send one
+    request, return the answer."""
     import json
     import socket
     import time
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = engine.popen(args, stdin=subprocess.DEVNULL)
+    cmd = proc.args
     try:
         deadline = time.monotonic() + 60
         while not sock.exists():
@@ -578,12 +580,11 @@ def serve_one_request(cmd: list[str], sock: Path) -> dict:
                 answer += chunk
         return json.loads(answer)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        engine.stop(proc)
 
 
 @pytest.mark.slow
-def test_router_binary_from_the_ipk_runs_under_qemu(tmp_path):
+def test_router_binary_from_the_ipk_runs_under_qemu(tmp_path, board_runner):
     board, built = scons_build("router-mt7621", tmp_path / "build")
     archive = ROOT / "demo" / "needle2-demo.cact"          # the archive scons built the engine for (the default)
     ipk = Path(package.write_ipk(board, str(built), str(tmp_path / "ipk")))
@@ -593,8 +594,7 @@ def test_router_binary_from_the_ipk_runs_under_qemu(tmp_path):
     assert binary.stat().st_mode & 0o777 == 0o755
     emulator = board["emulator"]["command"]
     assert emulator == ["qemu-mipsel", "-cpu", "24Kc"]
-    info = subprocess.run(emulator + [str(binary), "--archive", str(archive), "--info"],
-                          capture_output=True, text=True, timeout=300)
+    info = board_runner(board, binary, archive).run(["--info"], timeout=300)
     assert info.returncode == 0, info.stderr
     from generator.archive import reader
     h = reader.read(str(archive)).header
@@ -607,16 +607,16 @@ def test_router_binary_from_the_ipk_runs_under_qemu(tmp_path):
     procd = run_init(tmp_path, "start_service", archive=archive, socket=sock, max_new=8)
     command = [line.split("|")[2:] for line in procd if line.startswith("set|command|")][0]
     assert command[0] == "/usr/bin/needle"
-    answer = serve_one_request(emulator + [str(binary)] + command[1:], sock)
+    answer = serve_one_request(board_runner(board, binary), command[1:], sock)   # its own --archive
     assert answer["id"] == "t" and answer["ok"] is True and answer["generated_tokens"] >= 1, answer
 
 
 @pytest.mark.slow
-def test_raspberry_pi_binary_serves_as_the_systemd_unit_starts_it(tmp_path):
+def test_raspberry_pi_binary_serves_as_the_systemd_unit_starts_it(tmp_path, board_runner):
     board, built = scons_build("rpi-zero", tmp_path / "build")
     args = exec_start(package.systemd_unit(board))
     assert args[0] == "/usr/local/bin/needle"
     sock = tmp_path / "needle.sock"                          # the unit's /run/needle/needle.sock, here
     args = [str(sock) if a == "/run/needle/needle.sock" else a for a in args[1:]]
-    answer = serve_one_request(board["emulator"]["command"] + [str(built)] + args, sock)
+    answer = serve_one_request(board_runner(board, built), args, sock)
     assert answer["id"] == "t" and answer["ok"] is True and answer["generated_tokens"] >= 1, answer

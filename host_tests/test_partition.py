@@ -4,7 +4,6 @@ and swapped partitions are refused with exit 3 and one line."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,20 +28,14 @@ def m7(tmp_path_factory):
     return board, out / "needle.elf"
 
 
-def _boot(m7, image: Path) -> subprocess.CompletedProcess:
-    board, elf = m7
-    return subprocess.run(boards.run_command(board, str(elf), ["--info"], str(image)),
-                          capture_output=True, text=True, timeout=600)
-
-
-def test_the_matching_partition_boots(m7, tmp_path):
-    proc = _boot(m7, TINY)
+def test_the_matching_partition_boots(m7, tmp_path, board_runner):
+    proc = board_runner(*m7, TINY).run(["--info"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert reader.read(str(TINY)).sha256() in proc.stdout
 
 
 @pytest.mark.parametrize("kind", ["erased", "truncated", "bit-flipped", "swapped"])
-def test_a_bad_partition_is_refused(m7, kind, tmp_path):
+def test_a_bad_partition_is_refused(m7, kind, tmp_path, board_runner):
     data = TINY.read_bytes()
     if kind == "erased":                  # a partition never written: NOR flash reads 0xFF
         image = b"\xff" * len(data)
@@ -58,7 +51,7 @@ def test_a_bad_partition_is_refused(m7, kind, tmp_path):
         assert len(image) == len(data) and image[:end] == data[:end]
     path = tmp_path / "archive.bin"
     path.write_bytes(image)
-    proc = _boot(m7, path)
+    proc = board_runner(*m7, path).run(["--info"], timeout=600)
     assert proc.returncode == 3, (kind, proc.stdout, proc.stderr)
     assert proc.stderr.count("\n") == 1, proc.stderr
     if kind == "erased":

@@ -80,7 +80,7 @@ def test_call_counts_from_a_written_log(tmp_path):
     assert host.call_counts(str(log), {0x10024: "nowhere"}) == {}
 
 
-def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys):
+def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys, board_runner):
     board = boards.load("rpi-zero2")
     why = boards.missing_tools(board, run=True)
     if why:
@@ -89,8 +89,7 @@ def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys):
     scons("board=rpi-zero2", f"archive={TINY}", f"build={build}")
     assert profile.main(["--board", "rpi-zero2", "--build", str(build), "--tokens", "4"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    emulator = board["emulator"]["command"]
-    step, _ = host.per_token(emulator, [str(build / "needle")], 4)
+    step, _ = host.per_token(board_runner(board, build / "needle"), 4)
     assert report["instructions_per_step"] == step
     functions = report["functions"]
     assert abs(sum(functions.values()) - step) <= len(functions)     # each rounded on its own

@@ -106,16 +106,10 @@ def router_needle(tmp_path_factory) -> Path:
     return build / "needle"
 
 
-def run_router(exe: Path, archive, *args, cwd=None) -> subprocess.CompletedProcess:
-    board = boards.load("router-mt7621")
-    cmd = board["emulator"]["command"] + [str(exe), "--archive", str(archive), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd)
-
-
 # ---- 1: an output of the router CLI that is its archive --------------------------------------
 
 @pytest.mark.parametrize("flag", ["--logits", "--heads"])
-def test_router_output_that_is_the_archive_is_refused(router_needle, tmp_path, flag):
+def test_router_output_that_is_the_archive_is_refused(router_needle, tmp_path, flag, board_runner):
     d = tmp_path / "usb"
     d.mkdir()
     archive = d / "model.cact"
@@ -126,17 +120,19 @@ def test_router_output_that_is_the_archive_is_refused(router_needle, tmp_path, f
     spellings = [archive, d / "hard.cact", d / "sym.cact", d / "." / "model.cact", d / ".." / "usb" / "model.cact",
                  "model.cact"]                               # relative, run from d
     for out in spellings:
-        proc = run_router(router_needle, archive, "--tokens", "2,5,7", flag, out, cwd=d)
+        proc = board_runner("router-mt7621", router_needle, archive).run(["--tokens", "2,5,7", flag, out],
+                                                                         timeout=600, cwd=d)
         one_line(proc, 2, f"{flag} {out} is the archive file (--archive {archive})", "write to another file")
         assert proc.stdout == ""
         assert sha(archive) == want and archive.stat().st_size == TINY.stat().st_size, out
     # the archive named through the link, the output by its own name
-    proc = run_router(router_needle, d / "sym.cact", "--tokens", "2,5", flag, archive)
+    proc = board_runner("router-mt7621", router_needle, d / "sym.cact").run(["--tokens", "2,5", flag, archive],
+                                                                            timeout=600)
     one_line(proc, 2, "is the archive file")
     assert sha(archive) == want
     # another file is written as before
     out = tmp_path / "out.f32"
-    ok = run_router(router_needle, archive, "--tokens", "2,5,7", flag, out)
+    ok = board_runner("router-mt7621", router_needle, archive).run(["--tokens", "2,5,7", flag, out], timeout=600)
     assert ok.returncode == 0, ok.stderr
     assert out.stat().st_size > 0 and sha(archive) == want
 
@@ -150,8 +146,8 @@ def test_tools_directory_is_named(host_needle, tmp_path):
     assert proc.stdout == ""
 
 
-def test_tools_directory_is_named_on_the_router(router_needle, tmp_path):
-    proc = run_router(router_needle, TINY, "--tools", tmp_path, "--query", "hi")
+def test_tools_directory_is_named_on_the_router(router_needle, tmp_path, board_runner):
+    proc = board_runner("router-mt7621", router_needle, TINY).run(["--tools", tmp_path, "--query", "hi"], timeout=600)
     one_line(proc, 2, f"cannot read {tmp_path}: is a directory")
 
 

@@ -35,8 +35,9 @@ SIGBUS_STATUS = -7                  # subprocess's returncode for a death by SIG
 # ---- a host engine that maps its archive from a file -------------------------------------
 
 @pytest.fixture(scope="module")
-def needle_file(tmp_path_factory) -> Path:
-    """The tiny golden engine for a host board with archive placement `file` (--archive)."""
+def needle_file(tmp_path_factory, board_runner):
+    """The runner of the tiny golden engine for a host board with archive placement `file`
+    (run natively, like the host: the tests give --archive themselves)."""
     root = tmp_path_factory.mktemp("serve-file")
     boards_dir = root / "boards"
     shutil.copytree(ROOT / "boards", boards_dir)
@@ -56,15 +57,14 @@ def needle_file(tmp_path_factory) -> Path:
     proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", "board=host-file", f"archive={TINY}",
                            f"build={build}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    return build / "needle"
+    return board_runner("host", build / "needle")
 
 
 class PipeService:
     """`needle --serve --archive A` on pipes, one request and its answer at a time."""
 
-    def __init__(self, binary: Path, archive: Path):
-        self.proc = subprocess.Popen([str(binary), "--serve", "--archive", str(archive)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, engine, archive: Path):
+        self.proc = engine.popen(["--serve", "--archive", archive], text=False)
 
     def ask(self, req: bytes) -> dict:
         self.proc.stdin.write(req + b"\n")
@@ -155,8 +155,7 @@ def test_archive_truncated_during_answers_never_kills_by_sigbus(needle_file, tmp
     it or the engine touches a page past the new end (SIGBUS, caught), the output is whole
     JSON lines ending with the archive's error answer, one log line, and exit 3."""
     archive = archive_copy(tmp_path)
-    proc = subprocess.Popen([str(needle_file), "--serve", "--archive", str(archive)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = needle_file.popen(["--serve", "--archive", archive], text=False)
     requests = b"".join(b'{"reset":true}\n{"id":%d,"prompt":"hello there","max_new":250}\n' % i
                         for i in range(5000))
 
@@ -199,8 +198,7 @@ def test_archive_change_ends_the_socket_service_too(needle_file, tmp_path):
 # ---- 14: --socket "" ---------------------------------------------------------------------
 
 def test_empty_socket_path_is_refused(needle):
-    proc = subprocess.run([str(needle), "--serve", "--socket", ""], input="", capture_output=True, text=True,
-                          timeout=60)
+    proc = needle.run(["--serve", "--socket", ""], stdin="", timeout=60)
     one_line(proc, 2, '--socket ""', "empty", "/var/run/needle.sock")
     assert proc.stdout == ""
 
@@ -211,7 +209,7 @@ def test_empty_socket_path_is_refused(needle):
     (["--serve", "--socket", "/nonexistent/x.sock", "--idle-timeout", "1.5"], ["--idle-timeout wants whole seconds"]),
 ])
 def test_idle_timeout_usage_errors(needle, args, words):
-    proc = subprocess.run([str(needle), *args], input="", capture_output=True, text=True, timeout=60)
+    proc = needle.run(args, stdin="", timeout=60)
     one_line(proc, 2, *words)
 
 
@@ -285,9 +283,9 @@ def padded_reset(size: int) -> bytes:
 
 
 def test_a_line_of_the_maximum_length_ending_in_crlf_is_served(needle):
-    proc = subprocess.run([str(needle), "--serve"], capture_output=True, timeout=120,
-                          input=padded_reset(LINE_MAX) + b"\r\n" + padded_reset(LINE_MAX) + b"\n"
-                          + padded_reset(LINE_MAX + 1) + b"\r\n" + padded_reset(LINE_MAX) + b"\r")
+    proc = needle.run(["--serve"], text=False, timeout=120,
+                      stdin=padded_reset(LINE_MAX) + b"\r\n" + padded_reset(LINE_MAX) + b"\n"
+                      + padded_reset(LINE_MAX + 1) + b"\r\n" + padded_reset(LINE_MAX) + b"\r")
     assert proc.returncode == 0 and proc.stderr == b""
     a = answers_of(proc.stdout)
     assert a[0] == a[1] == a[3] == {"id": 1, "ok": True, "reset": True}

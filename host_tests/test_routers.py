@@ -41,13 +41,6 @@ def router_builds(tmp_path_factory):
     return out
 
 
-def run(board_name: str, exe: Path, archive, *args) -> subprocess.CompletedProcess:
-    board = boards.load(board_name)
-    cmd = boards.run_command(board, str(exe), list(args), str(archive)) if archive else \
-        board["emulator"]["command"] + [str(exe), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-
-
 # ---- the devices' ABI ------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["router-mt7621", "router-ath79"])
@@ -130,9 +123,12 @@ def _variants(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", ROUTERS)
-def test_archive_file_is_checked_in_full_at_start(router_builds, name, tmp_path):
+def test_archive_file_is_checked_in_full_at_start(router_builds, name, tmp_path, board_runner):
     exe = router_builds[name]
-    ok = run(name, exe, TINY, "--info")
+
+    def run(archive, *args):
+        return board_runner(name, exe, archive).run(args, timeout=600)
+    ok = run(TINY, "--info")
     assert ok.returncode == 0, ok.stderr
     assert f"archive   sha256 {reader.read(str(TINY)).sha256()}" in ok.stdout
     sha = reader.read(str(TINY)).sha256()[:16]
@@ -143,25 +139,25 @@ def test_archive_file_is_checked_in_full_at_start(router_builds, name, tmp_path)
               "erased": r"is not a Needle 2 archive \(tag 0xFFFFFFFF, expected 0x05E12A83\)",
               "other model": r"is 1024533 bytes, not 154074"}
     for kind, path in _variants(tmp_path).items():
-        proc = run(name, exe, path, "--tokens", "2,5")
+        proc = run(path, "--tokens", "2,5")
         assert proc.returncode == 3, (kind, proc.stderr)
         assert proc.stdout == "" and proc.stderr.count("\n") == 1, (kind, proc.stderr)
         assert proc.stderr.startswith(f"needle: error: archive {path} "), (kind, proc.stderr)
         assert __import__("re").search(expect[kind], proc.stderr), (kind, proc.stderr)
         assert f"copy the archive this engine was built for (sha256 {sha}...)" in proc.stderr
-    missing = run(name, exe, tmp_path / "nowhere.cact", "--info")
+    missing = run(tmp_path / "nowhere.cact", "--info")
     assert missing.returncode == 3 and "cannot open archive" in missing.stderr \
         and "No such file or directory" in missing.stderr
-    bare = run(name, exe, None, "--info")
+    bare = run(None, "--info")
     assert bare.returncode == 2
     assert bare.stderr == "needle: error: this engine reads its archive from a file: pass --archive PATH\n"
 
 
-def test_archive_file_logits_equal_the_goldens(router_builds, tmp_path):
+def test_archive_file_logits_equal_the_goldens(router_builds, tmp_path, board_runner):
     """The mapped file gives the same logits as the linked archive: bit-identical goldens."""
     meta, logits = golden.load(GOLDEN / "tiny")
-    proc = run("router-mt7621", router_builds["router-mt7621"], TINY, "--tokens",
-               ",".join(map(str, meta["tokens"])), "--logits", str(tmp_path / "l.f32"))
+    proc = board_runner("router-mt7621", router_builds["router-mt7621"], TINY).run(
+        ["--tokens", ",".join(map(str, meta["tokens"])), "--logits", tmp_path / "l.f32"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "l.f32", dtype="<f4").reshape(logits["a8"].shape)
     assert np.array_equal(got, logits["a8"])
@@ -238,7 +234,7 @@ def test_musl_build_of_the_default_archive(board_name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
-def test_pi_zero_musl_build_matches_the_goldens(name, tmp_path):
+def test_pi_zero_musl_build_matches_the_goldens(name, tmp_path, board_runner):
     board = boards.with_musl(boards.load("rpi-zero"))
     why = boards.missing_tools(board, run=True)
     if why:
@@ -248,8 +244,8 @@ def test_pi_zero_musl_build_matches_the_goldens(name, tmp_path):
     with open(exe, "rb") as fh:
         assert ELFFile(fh)["e_flags"] & 0x400                    # hard-float EABI, musl
     meta, logits = golden.load(GOLDEN / name)
-    proc = run("rpi-zero", exe, None, "--tokens", ",".join(map(str, meta["tokens"])),
-               "--logits", str(tmp_path / "l.f32"))
+    proc = board_runner(board, exe).run(["--tokens", ",".join(map(str, meta["tokens"])),
+                                         "--logits", tmp_path / "l.f32"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     got = np.fromfile(tmp_path / "l.f32", dtype="<f4").reshape(logits["a8"].shape)
     assert np.array_equal(got, logits["a8"])

@@ -9,12 +9,10 @@ firmware offers: the tests count that path in."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from generator.build import boards
 from host_tests.scons_run import build_to_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,14 +22,9 @@ TOO_LONG = "the command line is longer than 8191 bytes"
 
 
 @pytest.fixture(scope="module")
-def m4(tmp_path_factory):
-    return build_to_run("watch-m4", ARCHIVE, tmp_path_factory.mktemp("semihost"))
-
-
-def run(m4, args: list[str]) -> subprocess.CompletedProcess:
-    board, elf = m4
-    return subprocess.run(boards.run_command(board, str(elf), args), capture_output=True, text=True,
-                          timeout=600, cwd=elf.parent)
+def m4(tmp_path_factory, board_runner):
+    """The built watch-m4 engine's runner."""
+    return board_runner(*build_to_run("watch-m4", ARCHIVE, tmp_path_factory.mktemp("semihost")))
 
 
 def assert_usage_error(proc, text):
@@ -42,30 +35,29 @@ def assert_usage_error(proc, text):
 
 def test_33_words_are_an_error(m4):
     # program name + 32 arguments: before, the words after the 32nd were dropped unseen
-    assert_usage_error(run(m4, ["--info"] + ["x"] * 31), TOO_MANY)
-    assert_usage_error(run(m4, ["--prompt", "hi"] + ["x"] * 29 + ["--info"]), TOO_MANY)
+    assert_usage_error(m4.run(["--info"] + ["x"] * 31), TOO_MANY)
+    assert_usage_error(m4.run(["--prompt", "hi"] + ["x"] * 29 + ["--info"]), TOO_MANY)
 
 
 def test_32_words_reach_the_cli(m4):
     # program name + 31 arguments: the CLI itself reads them (and refuses the unknown one)
-    proc = run(m4, ["--info"] + ["x"] * 30)
+    proc = m4.run(["--info"] + ["x"] * 30)
     assert_usage_error(proc, 'unknown option "x"')
     assert TOO_MANY not in proc.stderr
     # a quoted argument is one word however many spaces it holds
-    proc = run(m4, ["--prompt", "a b c d e f g h i j k l m n o p q r s t u v w x y z"] + ["x"] * 29)
+    proc = m4.run(["--prompt", "a b c d e f g h i j k l m n o p q r s t u v w x y z"] + ["x"] * 29)
     assert_usage_error(proc, 'unknown option "x"')
 
 
 def test_a_long_argument_is_an_error_not_the_demo(m4):
     # before: SYS_GET_CMDLINE failed, the firmware ran its demo prompt and exited 0
-    assert_usage_error(run(m4, ["--prompt", "a" * 9000]), TOO_LONG)
+    assert_usage_error(m4.run(["--prompt", "a" * 9000]), TOO_LONG)
 
 
 def test_the_length_limit_is_the_firmwares(m4):
     """QEMU hands over a line of exactly 8191 bytes; one byte more is the firmware's error."""
-    _, elf = m4
-    room = 8191 - len(f"{elf} --info ")
-    at_limit = run(m4, ["--info", "a" * room])
+    room = 8191 - len(f"{m4.binary} --info ")
+    at_limit = m4.run(["--info", "a" * room])
     assert_usage_error(at_limit, 'unknown option "' + "a" * 40)    # the CLI saw the whole line
     assert TOO_LONG not in at_limit.stderr
-    assert_usage_error(run(m4, ["--info", "a" * (room + 1)]), TOO_LONG)
+    assert_usage_error(m4.run(["--info", "a" * (room + 1)]), TOO_LONG)

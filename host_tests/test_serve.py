@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli_robustness import needle, one_line, run  # noqa: F401  (needle: the host engine, built once)
+from test_cli_robustness import needle, one_line  # noqa: F401  (needle: the host engine's runner, built once)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "demo" / "tools.json"
@@ -48,17 +48,17 @@ def answers_of(stdout: bytes) -> list[dict]:
     return out
 
 
-def serve_pipe(binary: Path, lines: list[bytes], *args, timeout=300) -> list[dict]:
-    """Run `needle --serve ARGS` with `lines` on standard input; its answers, one per request."""
-    proc = subprocess.run([str(binary), "--serve", *map(str, args)], input=b"\n".join(lines) + b"\n",
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+def serve_pipe(engine, lines: list[bytes], *args, timeout=300) -> list[dict]:
+    """Run `needle --serve ARGS` (engine: its BoardRunner) with `lines` on standard input; its
+    answers, one per request."""
+    proc = engine.run(["--serve", *args], stdin=b"\n".join(lines) + b"\n", text=False, timeout=timeout)
     assert proc.returncode == 0 and proc.stderr == b"", (proc.returncode, proc.stderr)
     return answers_of(proc.stdout)
 
 
-def cli_text(binary: Path, *args) -> str:
+def cli_text(engine, *args) -> str:
     """What the CLI prints for a generation, without its final newline."""
-    proc = run(binary, *args)
+    proc = engine.run(args)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.endswith("\n")
     return proc.stdout[:-1]
@@ -101,7 +101,7 @@ def grown(before: dict, after: dict) -> int:
 
 @pytest.fixture(scope="module")
 def max_seq(needle) -> int:
-    info = run(needle, "--info")
+    info = needle.run(["--info"])
     return int(re.search(r"max_seq (\d+)", info.stdout).group(1))
 
 
@@ -196,11 +196,10 @@ def test_context_fills_up_then_a_reset_frees_it(needle, max_seq):
 
 
 def test_last_line_without_newline_and_eof(needle):
-    proc = subprocess.run([str(needle), "--serve"], input=request(prompt=PROMPT, max_new=3),
-                          capture_output=True, timeout=60)
+    proc = needle.run(["--serve"], stdin=request(prompt=PROMPT, max_new=3), text=False, timeout=60)
     assert proc.returncode == 0 and proc.stderr == b""
     assert len(answers_of(proc.stdout)) == 1
-    empty = subprocess.run([str(needle), "--serve"], input=b"", capture_output=True, timeout=60)
+    empty = needle.run(["--serve"], stdin=b"", text=False, timeout=60)
     assert (empty.returncode, empty.stdout, empty.stderr) == (0, b"", b"")
 
 
@@ -293,7 +292,7 @@ def test_the_service_refuses_a_tools_file_its_grammar_cannot_take(needle, tmp_pa
     bad = tmp_path / "tools.json"
     bad.write_text(json.dumps([{"name": "x", "parameters": {"type": "object", "properties": {
         "a": {"type": "integer", "oneOf": []}}}}]))
-    proc = run(needle, "--serve", "--tools", bad)
+    proc = needle.run(["--serve", "--tools", bad])
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
     assert 'unsupported keyword "oneOf"' in proc.stderr
 
@@ -309,8 +308,8 @@ def test_default_max_new_comes_from_the_command_line(needle):
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_unwritable_standard_output_ends_the_service(needle):
     with open("/dev/full", "wb") as full:
-        proc = subprocess.run([str(needle), "--serve"], input=request(prompt=PROMPT, max_new=2) + b"\n",
-                              stdout=full, stderr=subprocess.PIPE, timeout=60, text=False)
+        proc = needle.run(["--serve"], stdin=request(prompt=PROMPT, max_new=2) + b"\n", stdout=full, timeout=60,
+                          text=False)
     assert proc.returncode == 1
     err = proc.stderr.decode()
     assert err.count("\n") == 1 and "cannot write standard output" in err, err
@@ -330,23 +329,22 @@ def test_unwritable_standard_output_ends_the_service(needle):
     (["--serve", "--max-new", "0"], ["--max-new wants an integer"]),
 ])
 def test_serve_usage_errors(needle, args, words):
-    proc = subprocess.run([str(needle), *args], input="", capture_output=True, text=True, timeout=60)
+    proc = needle.run(args, stdin="", timeout=60)
     one_line(proc, 2, *words)
     assert proc.stdout == ""
 
 
 @pytest.mark.parametrize("args", [["--prompt", "hi"], ["--info"], ["--serve"], ["--tokens", "2,5"]])
 def test_archive_refused_on_a_linked_engine(needle, args):
-    proc = subprocess.run([str(needle), "--archive", str(DEMO_ARCHIVE), *args], input="", capture_output=True,
-                          text=True, timeout=60)
+    proc = needle.run(["--archive", DEMO_ARCHIVE, *args], stdin="", timeout=60)
     one_line(proc, 2, "this engine carries its archive linked in: drop --archive")
     assert proc.stdout == ""
-    twice = run(needle, "--archive", "a", "--archive", "b", "--info")
+    twice = needle.run(["--archive", "a", "--archive", "b", "--info"])
     one_line(twice, 2, "--archive given more than once")
 
 
 def test_help_names_serve_and_archive(needle):
-    out = run(needle, "--help").stdout
+    out = needle.run(["--help"]).stdout
     assert "--serve [--socket PATH]" in out and "--archive PATH" in out
 
 
@@ -355,10 +353,9 @@ def test_help_names_serve_and_archive(needle):
 class Service:
     """`needle --serve --socket PATH` in the background; always stopped by the test."""
 
-    def __init__(self, binary: Path, path: Path, *args):
+    def __init__(self, engine, path: Path, *args):
         self.path = path
-        self.proc = subprocess.Popen([str(binary), "--serve", "--socket", str(path), *map(str, args)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = engine.popen(["--serve", "--socket", path, *args], stdin=subprocess.DEVNULL, text=False)
 
     def connect(self, timeout=30.0) -> socket.socket:
         deadline = time.monotonic() + timeout
@@ -425,8 +422,7 @@ def test_unix_socket_sessions(needle, tmp_path):
             (a[0]["text"], a[0]["prompt_tokens"], a[0]["position"])
 
         # a second service on the same path is refused; the first one keeps it
-        other = subprocess.run([str(needle), "--serve", "--socket", str(path)], capture_output=True, text=True,
-                               timeout=60)
+        other = needle.run(["--serve", "--socket", path], timeout=60)
         one_line(other, 1, "another service is listening")
         with svc.connect() as c3:
             ok(exchange(c3, request(prompt=PROMPT, max_new=2))[0])
@@ -438,21 +434,18 @@ def test_unix_socket_sessions(needle, tmp_path):
 def test_socket_path_that_is_not_a_socket(needle, tmp_path):
     path = tmp_path / "file"
     path.write_text("keep me")
-    proc = subprocess.run([str(needle), "--serve", "--socket", str(path)], capture_output=True, text=True,
-                          timeout=60)
+    proc = needle.run(["--serve", "--socket", path], timeout=60)
     one_line(proc, 1, "exists and is not a socket")
     assert path.read_text() == "keep me"
-    long = subprocess.run([str(needle), "--serve", "--socket", str(tmp_path / ("x" * 120))], capture_output=True,
-                          text=True, timeout=60)
+    long = needle.run(["--serve", "--socket", tmp_path / ("x" * 120)], timeout=60)
     one_line(long, 2, "longer than")
 
 
 # ---- a router under QEMU -----------------------------------------------------------------
 
 @pytest.mark.slow
-def test_session_on_router_mt7621_under_qemu(needle, tmp_path_factory):
+def test_session_on_router_mt7621_under_qemu(needle, tmp_path_factory, board_runner):
     from generator.build import boards
-    from generator.errors import CactError
     board = boards.load("router-mt7621")
     missing = boards.missing_tools(board, run=True)
     if missing:
@@ -464,15 +457,11 @@ def test_session_on_router_mt7621_under_qemu(needle, tmp_path_factory):
     if proc.returncode:
         pytest.skip(f"router-mt7621 does not build yet (archive placement `file` in progress?): "
                     f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    binary = build / "needle"
-    try:
-        cmd = boards.run_command(board, str(binary), ["--serve"], archive_image=str(DEMO_ARCHIVE))
-    except CactError as exc:
-        pytest.skip(f"router-mt7621: {exc}")
     lines = [request(prompt=PROMPT, max_new=8, id="r"), b"{bad", request(prompt=PROMPT, max_new=4),
              request(reset=True), request(prompt=PROMPT, max_new=8)]
-    run_ = subprocess.run(cmd, input=b"\n".join(lines) + b"\n", capture_output=True, timeout=900)
-    assert run_.returncode == 0 and run_.stderr == b"", (cmd, run_.stderr)
+    run_ = board_runner(board, build / "needle", DEMO_ARCHIVE).run(["--serve"], stdin=b"\n".join(lines) + b"\n",
+                                                                   text=False, timeout=900)
+    assert run_.returncode == 0 and run_.stderr == b"", (run_.args, run_.stderr)
     a = answers_of(run_.stdout)
     host = serve_pipe(needle, [request(prompt=PROMPT, max_new=8)])[0]
     assert ok(a[0])["id"] == "r"

@@ -137,7 +137,7 @@ def test_a_snapshot_that_cannot_be_written_leaves_no_file(builds, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["rpi-zero", "router-ath79", "watch-m4"])
-def test_boards_restore_the_host_snapshot(name, tmp_path):
+def test_boards_restore_the_host_snapshot(name, tmp_path, board_runner):
     """Linux boards under qemu-user (one of them big-endian: the snapshot is little-endian on
     every board) and a watch under qemu-system-arm: the snapshot the host engine made
     restores there (the engines are bit-identical) and the envelope is the twin's."""
@@ -149,9 +149,9 @@ def test_boards_restore_the_host_snapshot(name, tmp_path):
     scons(f"board={name}", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={build}", f"tools={DEMO_TOOLS}")
     query, force, max_new = QUERIES[0]
     exe = build / ("needle.elf" if board["os"] == "none" else "needle")
-    image = str(GOLDEN / "tiny" / "archive.cact") if board["archive"]["placement"] == "file" else None
-    cmd = boards.run_command(board, str(exe), ["--query", query, "--force-call", "--max-new", str(max_new)], image)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    image = GOLDEN / "tiny" / "archive.cact" if board["archive"]["placement"] == "file" else None
+    proc = board_runner(board, exe, image).run(["--query", query, "--force-call", "--max-new", max_new], cwd=ROOT,
+                                               timeout=600)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
     model, tok = reference("tiny")

@@ -54,7 +54,7 @@ def symbols(board: dict, elf: Path) -> dict:
     ("watch-m7", "mpu", "memory management fault (exception 4)"),
     ("watch-m55", "msplim", "hard fault (exception 3)"),      # STKOF: a usage fault, escalated
 ])
-def test_stack_guard_trips_on_overflow(name, guard, first, tmp_path):
+def test_stack_guard_trips_on_overflow(name, guard, first, tmp_path, board_runner):
     board = boards.load(name)
     why = boards.missing_tools(board, run=True)
     if why:
@@ -71,8 +71,7 @@ def test_stack_guard_trips_on_overflow(name, guard, first, tmp_path):
     else:
         assert sym["__stack_guard_start"] == bottom
     archive = str(ARCHIVE) if board["archive"]["placement"] == "partition" else None
-    proc = subprocess.run(boards.run_command(board, str(elf), [], archive), capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    proc = board_runner(board, elf, archive).run([], timeout=600, cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert proc.stdout == "about to overflow\n"
     lines = proc.stderr.splitlines()

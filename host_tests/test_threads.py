@@ -37,48 +37,47 @@ def build(board_name: str, archive: str, threads: int, where: Path) -> tuple[dic
     return board, where / "needle"
 
 
-def run(board: dict, exe: Path, archive: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    cmd = boards.run_command(board, str(exe), args, str(GOLDEN / archive / "archive.cact"))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=cwd)
-
-
 @pytest.mark.parametrize("board_name,archive,threads", CASES, ids=[f"{b}-{a}" for b, a, _ in CASES])
-def test_every_thread_count_gives_the_golden_logits(board_name, archive, threads, tmp_path):
+def test_every_thread_count_gives_the_golden_logits(board_name, archive, threads, tmp_path, board_runner):
     board, exe = build(board_name, archive, threads, tmp_path / "build")
+    engine = board_runner(board, exe, GOLDEN / archive / "archive.cact")
     header = (tmp_path / "build" / "gen" / "needle_model.h").read_text()
     assert f"#define NEEDLE_THREADS {threads}u" in header
     meta, logits = golden.load(GOLDEN / archive)
     tokens = ",".join(map(str, meta["tokens"]))
     for k in range(1, threads + 1):
-        proc = run(board, exe, archive, ["--threads", str(k), "--tokens", tokens, "--logits", f"l{k}.f32"], tmp_path)
+        proc = engine.run(["--threads", str(k), "--tokens", tokens, "--logits", f"l{k}.f32"], cwd=tmp_path,
+                          timeout=1800)
         assert proc.returncode == 0, proc.stderr
         got = np.fromfile(tmp_path / f"l{k}.f32", dtype="<f4").reshape(logits["a8"].shape)
         assert np.array_equal(got, logits["a8"]), f"--threads {k}"
-    greedy = run(board, exe, archive, ["--prompt", meta["prompt"], "--max-new", str(meta["recipe"]["max_new"]),
-                                       "--ids"], tmp_path)         # all threads: the default
+    greedy = engine.run(["--prompt", meta["prompt"], "--max-new", str(meta["recipe"]["max_new"]), "--ids"],
+                        cwd=tmp_path, timeout=1800)         # all threads: the default
     assert greedy.returncode == 0, greedy.stderr
     assert [int(x) for x in greedy.stdout.strip().split(",") if x] == meta["greedy"]["a8"]
 
 
-def test_threads_option_errors(tmp_path):
+def test_threads_option_errors(tmp_path, board_runner):
     board, exe = build("host", "tiny", 2, tmp_path / "build")
+    engine = board_runner(board, exe)
     for value in ("0", "3", "two", "-1"):
-        proc = run(board, exe, "tiny", ["--threads", value, "--info"], tmp_path)
+        proc = engine.run(["--threads", value, "--info"], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr == (f'needle: error: --threads wants an integer between 1 and 2 (this engine\'s '
                                f'NEEDLE_THREADS; rebuild with scons threads=N for more), not "{value}"\n')
-    proc = run(board, exe, "tiny", ["--threads", "1", "--threads", "2", "--info"], tmp_path)
+    proc = engine.run(["--threads", "1", "--threads", "2", "--info"], cwd=tmp_path)
     assert proc.returncode == 2 and "--threads given more than once" in proc.stderr
-    proc = run(board, exe, "tiny", ["--info", "--threads"], tmp_path)
+    proc = engine.run(["--info", "--threads"], cwd=tmp_path)
     assert proc.returncode == 2 and "--threads needs a value" in proc.stderr
 
 
-def test_one_thread_engine_has_no_pool(tmp_path):
+def test_one_thread_engine_has_no_pool(tmp_path, board_runner):
     board, exe = build("host", "tiny", 1, tmp_path / "build")
+    engine = board_runner(board, exe)
     model = (tmp_path / "build" / "gen" / "needle_model.c").read_text()
     assert "pthread" not in model
-    assert run(board, exe, "tiny", ["--threads", "1", "--info"], tmp_path).returncode == 0
-    proc = run(board, exe, "tiny", ["--threads", "2", "--info"], tmp_path)
+    assert engine.run(["--threads", "1", "--info"], cwd=tmp_path).returncode == 0
+    proc = engine.run(["--threads", "2", "--info"], cwd=tmp_path)
     assert proc.returncode == 2 and "between 1 and 1" in proc.stderr
 
 

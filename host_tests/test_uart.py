@@ -32,13 +32,13 @@ UART_BOARDS = ["watch-m4-uart", "watch-m55-uart"]     # CMSDK UART, QEMU mps2-an
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """name -> (board, its image), each board built once for the module."""
+def built(tmp_path_factory, board_runner):
+    """name -> the runner of its built image, each board built once for the module."""
     cache = {}
 
-    def get(name: str) -> tuple[dict, Path]:
+    def get(name: str):
         if name not in cache:
-            cache[name] = build_to_run(name, ARCHIVE, tmp_path_factory.mktemp(name))
+            cache[name] = board_runner(*build_to_run(name, ARCHIVE, tmp_path_factory.mktemp(name)))
         return cache[name]
     return get
 
@@ -53,15 +53,9 @@ def console(built, request):
     return built(request.param)
 
 
-def run_uart(board: dict, elf: Path, line: str | None) -> subprocess.CompletedProcess:
-    """Boot the firmware; `line` (the command line, ended by a newline) goes on the UART."""
-    return subprocess.run(boards.run_command(board, str(elf), []), input=line or "",
-                          capture_output=True, text=True, timeout=600, cwd=elf.parent)
-
-
-def run_args(uart, args: list[str]) -> subprocess.CompletedProcess:
-    board, elf = uart
-    return run_uart(board, elf, boards.stdin_line(board, args))
+def where(run) -> Path:
+    """The directory of the runner's image (the runs' working directory)."""
+    return Path(run.binary).parent
 
 
 def test_board_file_console_key(tmp_path, monkeypatch):
@@ -117,49 +111,47 @@ def test_board_file_console_key(tmp_path, monkeypatch):
 
 
 def test_info_through_the_uart(console):
-    proc = run_args(console, ["--info"])
+    proc = console.run(["--info"], cwd=where(console))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("needle-fw engine ") and lines[0].endswith(f"board {console[0]['name']}")
+    assert lines[0].startswith("needle-fw engine ") and lines[0].endswith(f"board {console.name}")
     assert any(line.startswith("kv cache ") for line in lines)
     assert lines[-1] == "needle: exit 0"
 
 
 def test_quoted_words_and_errors_through_the_uart(console):
-    proc = run_args(console, ["--tokens", "2,99999"])
+    proc = console.run(["--tokens", "2,99999"], cwd=where(console))
     assert proc.returncode == 2
     assert proc.stdout.splitlines() == ['needle: error: --tokens: "99999" is not a token id in 0..1023',
                                         "needle: exit 2"]
     # no file system: a file option fails with the reason, exit 1
-    proc = run_args(console, ["--tokens", "2,3", "--logits", "out.f32"])
+    proc = console.run(["--tokens", "2,3", "--logits", "out.f32"], cwd=where(console))
     assert proc.returncode == 1
     assert "cannot write out.f32: no file system on this board" in proc.stdout
-    assert not (console[1].parent / "out.f32").exists()
+    assert not (where(console) / "out.f32").exists()
     # a quoted prompt with spaces is one word (the splitter the semihosting HAL shares)
-    proc = run_args(console, ["--prompt", "hello there", "--max-new", "2", "--ids"])
+    proc = console.run(["--prompt", "hello there", "--max-new", "2", "--ids"], cwd=where(console))
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines()[-1] == "needle: exit 0"
 
 
 @pytest.mark.parametrize("line", [None, "\n", "   \r\n"])
 def test_no_command_line_runs_the_demo(console, line):
-    board, elf = console
-    proc = run_uart(board, elf, line)
+    proc = console.run(None, stdin=line or "", cwd=where(console))
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.endswith("needle: exit 0\n") and len(proc.stdout) > len("needle: exit 0\n")
     assert "error" not in proc.stdout
 
 
 def test_over_long_command_line_is_one_line_error(console):
-    board, elf = console
-    proc = run_uart(board, elf, "--prompt " + "a" * 4096 + "\n")
+    proc = console.run(None, stdin="--prompt " + "a" * 4096 + "\n", cwd=where(console))
     assert proc.returncode == 2
     assert proc.stdout.splitlines() == [TOO_LONG, "needle: exit 2"]
     # 4096 bytes reach the CLI (which refuses the unknown option)
-    proc = run_uart(board, elf, "--" + "b" * 4094 + "\n")
+    proc = console.run(None, stdin="--" + "b" * 4094 + "\n", cwd=where(console))
     assert proc.returncode == 2 and TOO_LONG not in proc.stdout and 'unknown option "--bbbb' in proc.stdout
     # and more than 32 words is the shared splitter's error
-    proc = run_args(console, ["x"] * 32)
+    proc = console.run(["x"] * 32, cwd=where(console))
     assert proc.returncode == 2 and "the command line has more than 32 words" in proc.stdout
 
 
@@ -170,12 +162,10 @@ GREEDY = ["--prompt", "What is the weather in Lagos?", "--max-new", "12", "--ids
 def test_greedy_ids_match_the_semihosting_twin(built, name):
     """The golden check a UART board can take: the same generation, token for token, as its
     semihosting twin (whose logits test_boards.py compares with the goldens)."""
-    board, elf = built(name)
-    twin, twin_elf = built(name.removesuffix("-uart"))
-    proc = run_args((board, elf), GREEDY)
+    run, twin = built(name), built(name.removesuffix("-uart"))
+    proc = run.run(GREEDY, cwd=where(run))
     assert proc.returncode == 0, proc.stdout
-    want = subprocess.run(boards.run_command(twin, str(twin_elf), GREEDY), capture_output=True, text=True,
-                          timeout=600, cwd=twin_elf.parent)
+    want = twin.run(GREEDY, cwd=where(twin))
     assert want.returncode == 0, want.stderr
     ids = proc.stdout.splitlines()[0]
     assert ids == want.stdout.strip() and len(ids.split(",")) == 12
@@ -194,12 +184,12 @@ int main(int argc, char **argv)
 """
 
 
-def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
+def test_fault_dumps_registers_and_exits_4(uart, tmp_path, board_runner):
     """A tiny firmware: the real start-up, UART HAL and command line, and a main that
     executes an undefined instruction; linked with the board's linker-script template."""
-    board, _ = uart
+    board = uart.board
     elf = build_tiny(board, FAULT_MAIN, tmp_path, "fault")
-    proc = run_uart(board, elf, "go\n")
+    proc = board_runner(board, elf).run(None, stdin="go\n", cwd=elf.parent)
     assert proc.returncode == 4, proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[0] == "about to fault"
@@ -218,14 +208,12 @@ def test_fault_dumps_registers_and_exits_4(uart, tmp_path):
 
 
 def test_semihost_watch_unchanged(built, tmp_path):
-    board, elf = built("watch-m4")
-    proc = subprocess.run(boards.run_command(board, str(elf), ["--info"]), capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    m4 = built("watch-m4")
+    proc = m4.run(["--info"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("needle-fw engine ") and "board watch-m4\n" in proc.stdout
     assert "needle: exit" not in proc.stdout           # no UART line: semihosting exits silently
-    err = subprocess.run(boards.run_command(board, str(elf), ["--tokens", "2,99999"]), capture_output=True,
-                         text=True, timeout=600, cwd=tmp_path)
+    err = m4.run(["--tokens", "2,99999"], cwd=tmp_path)
     assert err.returncode == 2 and err.stderr.count("\n") == 1 and "is not a token id" in err.stderr
 
 
@@ -287,8 +275,8 @@ int main(int argc, char **argv)
 
 
 @pytest.fixture(scope="module")
-def pl011(tmp_path_factory):
-    """(board, image): startup.c, the UART HAL with the PL011 driver, the command line and
+def pl011(tmp_path_factory, board_runner):
+    """The runner of: startup.c, the UART HAL with the PL011 driver, the command line and
     ECHO_MAIN, linked with the board's linker-script template."""
     out = tmp_path_factory.mktemp("pl011")
     (out / "boards").mkdir()
@@ -298,38 +286,34 @@ def pl011(tmp_path_factory):
         board = boards.load("lm3s6965-pl011")
     if boards.missing_tools(board, run=True):
         pytest.skip(boards.missing_tools(board, run=True))
-    return board, build_tiny(board, ECHO_MAIN, out, "echo")
+    return board_runner(board, build_tiny(board, ECHO_MAIN, out, "echo"))
 
 
-def run_bytes(board: dict, elf: Path, line: bytes) -> subprocess.CompletedProcess:
-    """Boot the firmware with `line` on UART0 (stdout: exact bytes; stderr has QEMU's own
-    "Timer with period zero, disabling", which this machine prints at reset, code or not)."""
-    return subprocess.run(boards.run_command(board, str(elf), []), input=line, capture_output=True,
-                          timeout=120, cwd=elf.parent)
-
+# pl011.run(None, stdin=LINE, text=False): boot the firmware with LINE on UART0 (stdout: exact
+# bytes; stderr has QEMU's own "Timer with period zero, disabling", which this machine prints at
+# reset, code or not)
 
 def test_pl011_console_hands_main_the_words(pl011):
-    board, elf = pl011
-    assert boards.hal_sources(board)[1] == "hal/uart/uart_pl011.c"
-    proc = run_bytes(board, elf, boards.stdin_line(board, ["--prompt", 'say "hi" now', "-x"]).encode())
+    assert boards.hal_sources(pl011.board)[1] == "hal/uart/uart_pl011.c"
+    # the runner sends the arguments as the UART's command line
+    proc = pl011.run(["--prompt", 'say "hi" now', "-x"], text=False, timeout=120, cwd=where(pl011))
     assert proc.returncode == 14, proc.stdout
     assert proc.stdout == (b"argc=4\nargv[0]=<needle>\nargv[1]=<--prompt>\nargv[2]=<say \"hi\" now>\n"
                            b"argv[3]=<-x>\nto stderr\nto stdout\nneedle: exit 14\n")
     # CR ends the line as LF does; nothing after the line is read
-    proc = run_bytes(board, elf, b"a  b\rignored\n")
+    proc = pl011.run(None, stdin=b"a  b\rignored\n", text=False, timeout=120, cwd=where(pl011))
     assert proc.returncode == 13
     assert proc.stdout.startswith(b"argc=3\nargv[0]=<needle>\nargv[1]=<a>\nargv[2]=<b>\n")
 
 
 def test_pl011_console_demo_and_errors(pl011):
-    board, elf = pl011
     # silence: main gets the program name alone (the CLI's entry.c then runs its demo prompt)
-    proc = run_bytes(board, elf, b"")
+    proc = pl011.run(None, stdin=b"", text=False, timeout=120, cwd=where(pl011))
     assert proc.returncode == 11
     assert proc.stdout == b"argc=1\nargv[0]=<needle>\nto stderr\nto stdout\nneedle: exit 11\n"
     # the line buffer holds 4096 bytes, no more (hal_printf's bounded buffer cuts the echo short)
-    proc = run_bytes(board, elf, b"y" * 4096 + b"\n")
+    proc = pl011.run(None, stdin=b"y" * 4096 + b"\n", text=False, timeout=120, cwd=where(pl011))
     assert proc.returncode == 12 and proc.stdout.startswith(b"argc=2\nargv[0]=<needle>\nargv[1]=<yyyy")
-    proc = run_bytes(board, elf, b"y" * 4097 + b"\n")
+    proc = pl011.run(None, stdin=b"y" * 4097 + b"\n", text=False, timeout=120, cwd=where(pl011))
     assert proc.returncode == 2
     assert proc.stdout == TOO_LONG.encode() + b"\nneedle: exit 2\n"

@@ -515,9 +515,15 @@ def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str |
         if not shutil.which(cc):
             pkg = board["toolchain_package"] if board["toolchain_prefix"] else host_cc
             return f"board {board['name']} needs the compiler {cc}: apt-get install {pkg}"
-    if run and no_emulator(board):
+    return missing_emulator(board) if run else None
+
+
+def missing_emulator(board: dict) -> str | None:
+    """One line saying why a binary cannot run on the board here (no emulator at all, or its
+    emulator not installed: the command that installs it), or None."""
+    if no_emulator(board):
         return no_emulator(board)
-    if run and board["emulator"]["command"] and not shutil.which(board["emulator"]["command"][0]):
+    if board["emulator"]["command"] and not shutil.which(board["emulator"]["command"][0]):
         return (f"board {board['name']} runs under {board['emulator']['command'][0]}: "
                 f"apt-get install {board['emulator']['package']}")
     return None

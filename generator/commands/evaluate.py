@@ -35,7 +35,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -350,14 +349,15 @@ class Engine:
         self.label = board["name"]
         self.board, self.engine, self.image, self.work = board, engine, image, work
         self.timeout, self.reference, self.builtin = timeout, reference, builtin
-        self.uart = board.get("console") == "uart"
+        from generator.build.runner import BoardRunner
+        self.runner = BoardRunner(board, engine, image)
+        self.uart = self.runner.uart
 
     def answer(self, ex: Example, grammar: bool, max_new: int) -> str:
         """The engine's text (the envelope's, or the --raw text); CactError if it fails.
         --raw refuses an explicit --max-new the context cannot hold, where the constrained
         turn (and the twin) shrinks it: so the raw budget is shrunk here, with the prompt's
         length from the reference's tokenizer."""
-        from generator.build import boards
         max_seq = self.reference.model.hdr["max_seq_len"]
         budget = min(max_new, max_seq)
         if not grammar:
@@ -366,15 +366,8 @@ class Engine:
         args += ["--query", ex.query, "--max-new", str(budget)] + ([] if grammar else ["--raw"])
         if not self.builtin:
             Path(self.work, "tools.json").write_text(ex.tools_text, encoding="utf-8")
-        cmd = boards.run_command(self.board, self.engine, [] if self.uart else args, self.image)
-        line = boards.stdin_line(self.board, args) if self.uart else None
-        try:
-            proc = subprocess.run(cmd, input=line, capture_output=True, text=True, errors="replace",
-                                  cwd=self.work, timeout=self.timeout)
-        except OSError as exc:
-            raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
-        except subprocess.TimeoutExpired:
-            raise CactError(f"no answer within {self.timeout:g} s (the timeout)") from None
+        proc = self.runner.run(args, cwd=self.work, timeout=self.timeout,
+                               timeout_hint="a slower emulator needs more time: --timeout S")
         return engine_text(proc.returncode, proc.stdout, proc.stderr, grammar, self.uart)
 
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from generator.archive import reader
 from generator.archive.format import BOS_ID
 from generator.archive.tokenizer import Tokenizer
 from generator.build import boards
+from generator.build.runner import BoardRunner, engine_error
 from generator.commands import rung, synth
 from generator.tools import prompt
 from generator.errors import CactError
@@ -503,48 +505,29 @@ def compare_logits(got: np.ndarray, want: np.ndarray, tol: float) -> tuple[bool,
                 f"{_fmt(rel[worst])} {verdict} check_tol={_fmt(tol)}")
 
 
-def _engine_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [l for l in (proc.stderr or "").splitlines() if l.strip()]
-    return f"engine exit {proc.returncode}" + (f": {lines[-1].strip()}" if lines else "")
+# one engine run: its arguments -> the finished process (BoardRunner.run in a scratch directory)
+Run = Callable[[list], subprocess.CompletedProcess]
 
 
-class _EngineRunner:
-    """Runs the built engine with arguments, natively or under the board's emulator, in a
-    scratch directory; a failure to start or a time-out is a CactError."""
-
-    def __init__(self, board: dict, engine: str, image: str | None, work: str, timeout: float):
-        self.board, self.engine, self.image, self.work, self.timeout = board, engine, image, work, timeout
-
-    def __call__(self, args) -> subprocess.CompletedProcess:
-        cmd = boards.run_command(self.board, self.engine, [str(a) for a in args], self.image)
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                                  cwd=self.work, timeout=self.timeout)
-        except OSError as exc:
-            raise CactError(f"cannot run {cmd[0]}: {exc.strerror}") from None
-        except subprocess.TimeoutExpired:
-            raise CactError(f"engine did not finish in {self.timeout:.0f} s: {shlex.join(cmd)}") from None
-
-
-def _check_logits(run: _EngineRunner, directory, case: dict, columns: int, tol: float) -> tuple[bool, str]:
+def _check_logits(run: Run, work: str, directory, case: dict, columns: int, tol: float) -> tuple[bool, str]:
     """Teacher-forced logits of the case's ids against the stored ones."""
     want = np.fromfile(Path(directory) / case["logits"], dtype="<f4")
     if want.size != case["positions"] * columns:
         raise CactError(f"{os.fspath(Path(directory) / case['logits'])}: {want.size} floats, "
                         f"expected {case['positions']} x {columns}")
     want = want.reshape(case["positions"], columns)
-    out = Path(run.work, "logits.f32")
+    out = Path(work, "logits.f32")
     out.unlink(missing_ok=True)
     proc = run(["--tokens", ",".join(map(str, case["ids"])), "--logits", out.name])
     if proc.returncode:
-        return False, f"FAIL: teacher-forced run: {_engine_error(proc)}"
+        return False, f"FAIL: teacher-forced run: {engine_error(proc)}"
     got = np.fromfile(out, dtype="<f4") if out.exists() else np.zeros(0, "<f4")
     if got.size != want.size:
         return False, f"FAIL: the engine wrote {got.size} logits, the reference has {case['positions']} x {columns}"
     return compare_logits(got.reshape(want.shape), want, tol)
 
 
-def _check_greedy(run: _EngineRunner, doc: dict, case: dict) -> tuple[bool, str]:
+def _check_greedy(run: Run, doc: dict, case: dict) -> tuple[bool, str]:
     """The engine's greedy continuation of a prompt or query case against the stored ids."""
     if case.get("greedy") is None:
         return True, "teacher-forced only (no greedy run)"
@@ -554,7 +537,7 @@ def _check_greedy(run: _EngineRunner, doc: dict, case: dict) -> tuple[bool, str]
     proc = run(args + ["--max-new", case["max_new"], "--ids"])
     want_ids = case["greedy"]
     if proc.returncode:
-        return False, f"FAIL: greedy run: {_engine_error(proc)}"
+        return False, f"FAIL: greedy run: {engine_error(proc)}"
     try:
         got_ids = [int(x) for x in proc.stdout.strip().split(",") if x.strip()]
     except ValueError:
@@ -569,7 +552,7 @@ def _check_greedy(run: _EngineRunner, doc: dict, case: dict) -> tuple[bool, str]
                    f"(engine {len(got_ids)} tokens, reference {len(want_ids)})")
 
 
-def _notes(doc: dict, directory, run: _EngineRunner) -> list[str]:
+def _notes(doc: dict, directory, run: Run, engine: str) -> list[str]:
     """What may explain a difference that is not the engine's fault (shown after the cases)."""
     notes = [] if doc.get("numerics_version") == NUMERICS_VERSION else [
         f"note: {os.fspath(directory)} was made under numerics version {doc.get('numerics_version')}, "
@@ -577,7 +560,7 @@ def _notes(doc: dict, directory, run: _EngineRunner) -> list[str]:
         f"(regenerate: {doc.get('regenerate', 'python -m generator golden --archive ...')})"]
     info = run(["--info"])
     if info.returncode:
-        raise CactError(f"{run.engine} --info: {_engine_error(info)}")
+        raise CactError(f"{engine} --info: {engine_error(info)}")
     window = re.search(r"window (\d+)", info.stdout)
     if window and int(window.group(1)) != doc.get("kv_window"):
         notes.append(f"note: the engine's KV window is {window.group(1)}, the reference's "
@@ -598,12 +581,16 @@ def check(directory: str | os.PathLike, archive: str, board_name: str, engine: s
     board = boards.load(board_name)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="needle-check-") as work:
-        run = _EngineRunner(board, os.path.abspath(engine), image and os.path.abspath(image), work, timeout)
-        notes = _notes(doc, directory, run)
+        runner = BoardRunner(board, os.path.abspath(engine), image and os.path.abspath(image))
+
+        def run(args) -> subprocess.CompletedProcess:
+            return runner.run(args, cwd=work, timeout=timeout,
+                              timeout_hint="a slower emulator needs more time: check(..., timeout=S)")
+        notes = _notes(doc, directory, run, engine)
         if doc.get("tools"):
             Path(work, "tools.json").write_text(doc["tools"]["json"], encoding="utf-8")
         for case in doc["cases"]:
-            ok_logits, logits = _check_logits(run, directory, case, doc["logit_columns"], tol)
+            ok_logits, logits = _check_logits(run, work, directory, case, doc["logit_columns"], tol)
             ok_greedy, greedy = _check_greedy(run, doc, case)
             failed += not (ok_logits and ok_greedy)
             print(f"case {case['index']} ({case['kind']}): {logits}; {greedy}", flush=True)
