@@ -35,15 +35,37 @@ TIERS = {
 def pytest_configure(config):
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    missing = sorted(f for f in TIER_OF_FILE if not (HERE / f).is_file())
+    if missing:
+        raise pytest.UsageError(f"FILE_TIERS (host_tests/conftest.py) names {', '.join(missing)}, "
+                                "which host_tests/ does not have")
+
+
+# Each file's tier, for its tests that carry no tier mark of their own (a file's long tests are
+# marked slow where they are written).  A file that is in none builds or runs on the host.
+FILE_TIERS = {
+    "quick": ("test_cli_errors", "test_codegen", "test_demo_archive", "test_grammar", "test_inspect",
+              "test_layers", "test_reader_malformed", "test_reference", "test_roundtrip", "test_runner",
+              "test_task", "test_tokenizer", "test_workflow"),
+    "emulator": ("test_boards", "test_debug_build", "test_flash", "test_flash_images", "test_kernels",
+                 "test_kernels_mcu", "test_library", "test_partition", "test_package", "test_prefill",
+                 "test_profile", "test_routers", "test_semihost_cmdline", "test_softfloat", "test_stack",
+                 "test_threads", "test_uart"),
+    "slow": ("test_blas_kernels", "test_fuzz", "test_reader_mutation", "test_soak", "test_train_smoke"),
+}
+TIER_OF_FILE = {f"{name}.py": tier for tier, names in FILE_TIERS.items() for name in names}
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked with two tiers would run twice in the hosted CI's shards: refuse it."""
+    """Each test gets its file's tier unless it carries one; a test in two tiers would run twice
+    in the hosted CI's shards, so it is refused."""
     for item in items:
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
         if len(tiers) > 1:
             raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(tiers)}: a test is in at "
                                     f"most one tier (host_tests/conftest.py, TIERS)")
+        if not tiers and item.path.name in TIER_OF_FILE:
+            item.add_marker(TIER_OF_FILE[item.path.name])
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ SECONDS = 20
 
 from fuzz import run as fuzz_run  # noqa: E402  (conftest puts the repository root on sys.path)
 
-pytestmark = pytest.mark.slow
+
 
 
 @pytest.fixture(scope="module")

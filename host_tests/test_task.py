@@ -425,6 +425,7 @@ def _longest_encoded(n: int, seed: int, drills: int = 0, aligned: bool = False,
 RECIPES = sorted(path.stem for path in (ROOT / "train" / "recipes").glob("*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_example_fits_the_recipes_lengths(name):
     """The trainer refuses a run whose data outgrow seq_len/ans_len (one line, at start); a
