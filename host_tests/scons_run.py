@@ -28,6 +28,18 @@ def scons(*args, cwd=ROOT, check: bool = True, env: dict | None = None,
     return proc
 
 
+def env_with_boards(boards_dir: Path, work: Path) -> dict:
+    """The environment of a child process (scons, python -m generator) whose board loader reads
+    `boards_dir` instead of boards/: a sitecustomize.py in work/site points it there."""
+    import os
+    site = work / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "from generator.build import boards\n"
+        f"boards.BOARDS_DIR = __import__('pathlib').Path({str(boards_dir)!r})\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+
+
 def build_each(names, archive, root: Path) -> dict:
     """Build every board of `names` for `archive` into root/<board>; {board: its build dir}."""
     for name in names:

@@ -8,12 +8,13 @@ line naming the tool, the bound and the board key to raise.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from host_tests.scons_run import env_with_boards
 
 from generator.build import boards, flags
 from generator.tools import tables
@@ -25,12 +26,7 @@ DEMO_TOOLS = ROOT / "demo" / "tools.json"
 
 def scons_with_boards(board_dir: Path, tmp_path: Path, *args) -> subprocess.CompletedProcess:
     """scons in a child process whose board loader reads board_dir (sitecustomize)."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(
-        "from generator.build import boards\n"
-        f"boards.BOARDS_DIR = __import__('pathlib').Path({str(board_dir)!r})\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    env = env_with_boards(board_dir, tmp_path)
     return subprocess.run([sys.executable, "-m", "SCons", "-Q", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 

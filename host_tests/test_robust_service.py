@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from host_tests.scons_run import env_with_boards
+
 from test_cli_robustness import needle, one_line  # noqa: F401  (needle: the host engine, built once)
 from test_serve import Service, answers_of, error, exchange, ok, request, serve_pipe
 
@@ -47,12 +49,7 @@ def needle_file(tmp_path_factory, board_runner):
     text = text.replace("arch_flags = []", 'arch_flags = ["-fno-pie", "-no-pie"]')   # needle_cact is absolute
     assert 'placement = "file"' in text and "-no-pie" in text
     (boards_dir / "host-file.toml").write_text(text)
-    site = root / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "from generator.build import boards\n"
-        f"boards.BOARDS_DIR = __import__('pathlib').Path({str(boards_dir)!r})\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    env = env_with_boards(boards_dir, root)     # scons runs in a child process: it reads the copy too
     build = root / "build"
     proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-j2", "board=host-file", f"archive={TINY}",
                            f"build={build}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)

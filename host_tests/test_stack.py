@@ -6,7 +6,6 @@ smaller than the deepest path plus the exception reserve."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from generator.build import boards, elfcheck
 from generator.codegen import pipeline
 from generator.errors import CactError
-from host_tests.scons_run import scons
+from host_tests.scons_run import scons, env_with_boards
 from host_tests.tiny_firmware import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,13 +163,7 @@ def test_budget_refuses_a_board_file_with_too_small_stack_bytes(board_dir, tmp_p
         pytest.skip(boards.missing_tools(board))
     text = (board_dir / "watch-m4.toml").read_text().replace('name = "watch-m4"', 'name = "watch-tiny-stack"')
     (board_dir / "watch-tiny-stack.toml").write_text(text.replace("stack_bytes = 16384", "stack_bytes = 1024"))
-    # SCons runs in a child process: point its board loader at the copy too (sitecustomize)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "from generator.build import boards\n"
-        f"boards.BOARDS_DIR = __import__('pathlib').Path({str(board_dir)!r})\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    env = env_with_boards(board_dir, tmp_path)     # scons runs in a child process: it reads the copy too
     proc = scons("board=watch-tiny-stack", f"archive={ARCHIVE}", f"build={tmp_path / 'b'}", check=False, env=env)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("scons: error:")]

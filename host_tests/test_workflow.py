@@ -34,27 +34,26 @@ def _matrix_boards(text: str) -> list[str]:
     return [line.split("- ", 1)[1].strip() for line in m.group(2).splitlines()]
 
 
-def test_workflow_validates_against_the_github_schema():
+def lint(path: Path) -> subprocess.CompletedProcess:
+    """check-jsonschema on `path` with the GitHub workflow schema it bundles."""
     if importlib.util.find_spec("check_jsonschema") is None:
         pytest.skip("check-jsonschema is not installed: pip install -r requirements-test.txt "
                     "(.ci/run does)")
-    out = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
-                          "vendor.github-workflows", str(WORKFLOW)],
-                         capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
+                           "vendor.github-workflows", str(path)], capture_output=True, text=True, timeout=300)
+
+
+def test_workflow_validates_against_the_github_schema():
+    out = lint(WORKFLOW)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_the_linter_refuses_a_broken_workflow(tmp_path):
     """The lint is not vacuous: a job without runs-on and with an unknown key is refused."""
-    if importlib.util.find_spec("check_jsonschema") is None:
-        pytest.skip("check-jsonschema is not installed: pip install -r requirements-test.txt "
-                    "(.ci/run does)")
     bad = tmp_path / "ci.yml"
     bad.write_text("name: ci\non: push\njobs:\n  quick:\n    runs-onn: ubuntu-24.04\n"
                    "    steps:\n      - run: true\n")
-    out = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
-                          "vendor.github-workflows", str(bad)],
-                         capture_output=True, text=True, timeout=300)
+    out = lint(bad)
     assert out.returncode == 1, out.stdout + out.stderr
 
 
