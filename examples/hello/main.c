@@ -28,7 +28,7 @@ static void say(const char *s, size_t n) { hal_out(s, n); }
 /* The tools this firmware offers the model (OpenAI-style function schemas, one JSON array). */
 static const char TOOLS[] = "[{\"name\":\"set_timer\",\"description\":\"Start a countdown timer\",\"parameters\":{\"type\":\"object\",\"properties\":{\"minutes\":{\"type\":\"integer\",\"description\":\"Length of the timer in minutes\"}},\"required\":[\"minutes\"]}},{\"name\":\"get_weather\",\"description\":\"Current weather for a city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}]";
 
-#define DEFAULT_QUERY   "set a timer for ten minutes"
+#define DEFAULT_QUERY   "set a timer for 10 minutes"
 #define DEFAULT_MAX_NEW 16u
 
 static char prompt[NEEDLE_TOK_MAX_TEXT + 1];

@@ -25,7 +25,7 @@ static void say(const char *s, size_t n) { fwrite(s, 1, n, stdout); }
 static void say(const char *s, size_t n) { hal_out(s, n); }
 #endif
 
-#define DEFAULT_QUERY   "set a timer for ten minutes"
+#define DEFAULT_QUERY   "set a timer for 10 minutes"
 #define DEFAULT_MAX_NEW 96u
 
 static void say_str(const char *s) { say(s, strlen(s)); }
