@@ -59,3 +59,11 @@ def test_absurd_geometry_is_refused_by_the_planner_with_the_numbers(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "bytes of RAM" in proc.stderr and "kv_window=" in proc.stderr, proc.stderr
         assert not out.exists()
+
+
+def test_synth_help_names_every_preset():
+    from generator.commands.synth import PRESETS
+    out = _run("synth", "--help").stdout
+    assert all(name in out for name in PRESETS) and len(PRESETS) == 6, out
+    proc = _run("synth", "--preset", "nope", "-o", "x.cact")
+    assert proc.returncode == 2 and "needle3-base" in proc.stderr

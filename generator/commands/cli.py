@@ -177,7 +177,8 @@ def main(argv: Sequence[str] | None = None,
     s.set_defaults(fn=cmd_inspect)
 
     s = sub.add_parser("synth", help="write a synthetic archive with random, trained-looking weights")
-    s.add_argument("--preset", help="tiny, small or needle2-base")
+    from generator.commands.synth import PRESETS
+    s.add_argument("--preset", metavar="NAME", choices=list(PRESETS), help="one of " + ", ".join(PRESETS))
     s.add_argument("--like", metavar="ARCHIVE", help="same geometry, widths and tokenizer as ARCHIVE")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--bits", metavar="MAP", help="bit map, e.g. embedding=4,mhc=4,default=2")
