@@ -6,9 +6,12 @@
  * --socket they come on standard input and the answers go to standard output (a pipe,
  * socat or an rpcd plugin drives it) until standard input ends; with --socket the service
  * listens on a Unix stream socket and serves one connection at a time, forever (procd or
- * systemd restarts it if it dies).  Each connection (standard input: the whole run) is one
- * session: the engine's KV cache holds everything fed so far, and a request's prompt is
- * appended after it until {"reset": true}.  docs/serve.md is the protocol.
+ * systemd restarts it if it dies).  Each connection (standard input: the whole run) has one
+ * session: the engine's KV cache holds everything fed so far.  A "query" starts a fresh
+ * session (protocol version 2) unless it says "continue": true; a "prompt", a "results" turn
+ * and a continued query are appended after what is there, until {"reset": true}.  A request
+ * that does not fit is refused before anything runs; a call the budget cut short is
+ * ok:false.  docs/serve.md is the protocol.
  *
  * Generation is needle_generate_ids() (needle_session.c), the CLI's own, so a request on a
  * fresh session chooses the tokens `needle --prompt` / `--tools --query` chooses; the service also stops at
