@@ -845,10 +845,10 @@ static void put_envelope(void *user, const char *s, size_t n) { w_put(user, s, n
 static uint32_t call_min(void) { return 1u + needle_grammar_list_min(&grammar) + 2u; }
 
 /* A request that does not fit what is free of the context, refused before anything is fed
- * (docs/serve.md, "Sessions"): `feed` tokens to feed, at least `answer` to generate, `free`
+ * (docs/serve.md, "Sessions"): `feed` tokens to feed, at least `answer` to generate, `avail`
  * of NEEDLE_MAX_SEQ free; at_start: the session would be fresh, so only a shorter request helps. */
 static void answer_no_room(writer *w, const request *r, const char *what, uint32_t feed, uint32_t answer,
-                           uint32_t free, int at_start)
+                           uint32_t avail, int at_start)
 {
     if (at_start)
         answer_error(w, r, "%s needs %u tokens (%u to feed, at least %u to answer) and a fresh session has %u: "
@@ -856,7 +856,7 @@ static void answer_no_room(writer *w, const request *r, const char *what, uint32
                      r->query ? "query, system text or tool list" : "prompt");
     else
         answer_error(w, r, "%s needs %u tokens (%u to feed, at least %u to answer) and the session has %u of %u "
-                           "free: %s", what, feed + answer, feed, answer, free, NEEDLE_MAX_SEQ,
+                           "free: %s", what, feed + answer, feed, answer, avail, NEEDLE_MAX_SEQ,
                      r->query ? "send the query without \"continue\" (a fresh session), or {\"reset\": true} first"
                               : "send {\"reset\": true} to start a fresh session, then the request again");
 }
@@ -940,8 +940,8 @@ static void answer_results(writer *w, const request *r)
     results_text[r->results_len] = 0;
     int32_t k = needle_call_reply_ids(results_text, ids, NEEDLE_MAX_SEQ, err, sizeof err);   /* ids[0]: the pending <|im_end|> */
     if (k < 0) { answer_error(w, r, "\"results\": %s", as_request_keys(err)); return; }
-    const uint32_t free = NEEDLE_MAX_SEQ - needle_position() - 1u, feed = (uint32_t)k - 1u;   /* the <|im_end|> counted */
-    if (feed + call_min() > free) { answer_no_room(w, r, "the results turn", feed, call_min(), free, 0); return; }
+    const uint32_t avail = NEEDLE_MAX_SEQ - needle_position() - 1u, feed = (uint32_t)k - 1u;   /* the <|im_end|> counted */
+    if (feed + call_min() > avail) { answer_no_room(w, r, "the results turn", feed, call_min(), avail, 0); return; }
     if (short_max_new(w, r, call_min())) return;
     answer_turn(w, r, ids, (uint32_t)k);
 }
@@ -1078,11 +1078,11 @@ static void handle(writer *w, size_t len)
     }
     /* Checked before anything is fed (or a fresh query resets the session), so a refused
      * request leaves the session as it was. */
-    const uint32_t fed = base + (uint32_t)n, feed = fed - carried, free = NEEDLE_MAX_SEQ - pos - carried;
+    const uint32_t fed = base + (uint32_t)n, feed = fed - carried, avail = NEEDLE_MAX_SEQ - pos - carried;
     const int call = r.query && !r.raw;
     const uint32_t least = call ? call_min() : 1u, max_new = r.has_max_new ? r.max_new : start_max_new;
-    if (feed + least > free) {   /* no room for the prompt and the shortest answer */
-        answer_no_room(w, &r, "the prompt", feed, least, free, pos == 0 && !carried);
+    if (feed + least > avail) {   /* no room for the prompt and the shortest answer */
+        answer_no_room(w, &r, "the prompt", feed, least, avail, pos == 0 && !carried);
         return;
     }
     if (short_max_new(w, &r, least)) return;
