@@ -42,6 +42,7 @@ PACKAGES: dict[str, frozenset[str]] = {
     "fuzz": frozenset({"generator"}),
     "train": frozenset({"generator"}),
     "tools": frozenset({"generator"}),
+    "examples": frozenset(),               # examples/client: the service's client, standard library only
     "site_scons": frozenset({"generator"}),
     "SConstruct": frozenset({"generator"}),
 }

@@ -138,18 +138,21 @@ def test_built_in_list_embeds_only_the_query(builtin, engines, query):
 
 
 def test_service_and_needle_run_retrieve_like_the_cli(builtin, tmp_path):
-    """A service session's first query and needle_run() (the typed bindings, through the SDK)
-    render the same five tools and make the same call as `needle --query`; a query later in
-    the session renders every tool (embedding would reset the session)."""
+    """A service's query (each a fresh session) and needle_run() (the typed bindings, through
+    the SDK) render the same five tools and make the same call as `needle --query`; a query
+    that continues the session renders every tool (embedding would reset the session)."""
     query = QUERIES[0]
     cli = json.loads(subprocess.run([str(builtin / "needle"), "--query", query, "--force-call", "--max-new", "64"],
                                     capture_output=True, text=True, check=True).stdout)
-    requests = [{"query": query, "force_call": True, "max_new": 64}, {"query": query, "max_new": 8}]
+    requests = [{"query": query, "force_call": True, "max_new": 64}, {"query": query, "force_call": True,
+                "max_new": 64}, {"query": query, "max_new": 8, "continue": True}]
     out = subprocess.run([str(builtin / "needle"), "--serve"], input="".join(json.dumps(r) + "\n" for r in requests),
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    first, second = json.loads(out[0]), json.loads(out[1])
+    first, second, third = (json.loads(line) for line in out)
     assert {k: first["envelope"][k] for k in KEYS} == {k: cli[k] for k in KEYS}
-    assert second["ok"] is False and "left" in second["error"]     # all twelve rendered: no room
+    assert {k: second["envelope"][k] for k in KEYS} == {k: cli[k] for k in KEYS}   # fresh again: retrieved
+    # all twelve rendered after the first turn: no room, refused naming the free tokens and a reset
+    assert third["ok"] is False and "free" in third["error"] and '{"reset": true}' in third["error"], third
     sdk_dir = builtin / sdk.SDK_DIR
     pc = f"PKG_CONFIG_LIBDIR={sdk_dir / 'lib' / 'pkgconfig'}"
     flags = subprocess.run(f"{pc} pkg-config --cflags --libs needle", shell=True, capture_output=True, text=True,

@@ -37,6 +37,8 @@ typedef struct {
     uint32_t n;             /* candidate ids: min(NEEDLE_OUT_VOCAB, pieces) */
     int32_t call_open, call_close, im_start, im_end;
     uint64_t checks;
+    int over_budget;        /* allowed() refused the last id for the budget alone */
+    int cut;                /* a better-ranked id than one chosen was refused for the budget alone */
 } call_decoder;
 
 static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
@@ -76,28 +78,35 @@ static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id, ui
     return 0;
 }
 
-/* Is id allowed now?  In the call phase the state after it is left in d->next. */
+/* Is id allowed now?  In the call phase the state after it is left in d->next.  An id that
+ * only the budget refuses sets d->over_budget (the budget cut the answer short, choose()). */
 static int allowed(call_decoder *d, uint32_t id)
 {
     const uint32_t R = d->budget;
+    d->over_budget = 0;
     switch (d->phase) {
     case PH_FREE:
-        if ((int32_t)id == d->call_open) return R - 1u >= d->list_min + 2u;
-        if (d->g->force_call || R - 1u < 1u + d->list_min + 2u) return 0;
+        if ((int32_t)id == d->call_open) return (d->over_budget = R - 1u < d->list_min + 2u) == 0;
+        if (d->g->force_call) return 0;
         if ((int32_t)id == d->im_start || (int32_t)id == d->im_end || (int32_t)id == d->call_close) return 0;
         {
             int t = needle_tok_piece_type(id);
-            return t != NEEDLE_TOK_UNKNOWN && t != NEEDLE_TOK_CONTROL;
+            if (t == NEEDLE_TOK_UNKNOWN || t == NEEDLE_TOK_CONTROL) return 0;
         }
+        return (d->over_budget = R - 1u < 1u + d->list_min + 2u) == 0;
     case PH_CALL:
-        if ((int32_t)id == d->call_close) return needle_grammar_done(&d->st) && R - 1u >= 1u;
+        if ((int32_t)id == d->call_close) {
+            if (!needle_grammar_done(&d->st)) return 0;
+            return (d->over_budget = R - 1u < 1u) == 0;
+        }
         d->checks++;
         d->next.depth = d->st.depth;
         memcpy(d->next.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
         if (feed_piece(d->g, &d->next, id, &d->next_len)) return 0;
         {
             uint32_t rest = needle_grammar_min_bytes(d->g, &d->next);
-            return rest + 2u <= R - 1u && d->json + d->next_len + rest <= NEEDLE_CALL_MAX_JSON;
+            if (d->json + d->next_len + rest > NEEDLE_CALL_MAX_JSON) return 0;
+            return (d->over_budget = rest + 2u > R - 1u) == 0;
         }
     case PH_CLOSE: return (int32_t)id == d->call_close;
     default: return (int32_t)id == d->im_end;
@@ -130,8 +139,10 @@ static int choose(call_decoder *d, const float *lg, uint32_t *out)
             batch[k] = i;
         }
         if (n == 0) return -1;
-        for (uint32_t k = 0; k < n; k++)
+        for (uint32_t k = 0; k < n; k++) {
             if (allowed(d, batch[k])) { *out = batch[k]; return 0; }
+            d->cut |= d->over_budget;
+        }
         last = batch[n - 1];
         have_last = 1;
     }
@@ -305,6 +316,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     env->prefill_s = t0 < 0 ? -1.0 : t1 - t0;
     env->decode_s = t0 < 0 ? -1.0 : t2 - t1;
     env->grammar_checks = d.checks;
+    env->cut = !d.cut ? NEEDLE_CUT_NONE : room <= max_new ? NEEDLE_CUT_CONTEXT : NEEDLE_CUT_MAX_NEW;
     return 0;
 }
 
@@ -451,7 +463,15 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
     const out_t o = { put, user };
     const uint32_t n = env->prompt_tokens;
     puts_(&o, env->is_call ? "{\"type\":\"call\"" : "{\"type\":\"respond\"");
-    puts_(&o, ",\"success\":true,\"error\":null,\"error_code\":0,\"function_calls\":");
+    if (!env->error_code) {
+        puts_(&o, ",\"success\":true,\"error\":null,\"error_code\":0,\"function_calls\":");
+    } else {   /* set by the caller (the service: a call the budget cut short) */
+        puts_(&o, ",\"success\":false,\"error\":\"");
+        put_json_string(&o, env->error, strlen(env->error));
+        puts_(&o, "\",\"error_code\":");
+        put_u(&o, env->error_code);
+        puts_(&o, ",\"function_calls\":");
+    }
     o.put(o.user, env->calls, env->calls_len);
     puts_(&o, ",\"reasoning\":");
     put_decoded(&o, ids + env->reasoning_from, env->reasoning_to - env->reasoning_from, 1);

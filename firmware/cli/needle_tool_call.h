@@ -41,7 +41,14 @@ typedef struct {
     double grammar_s;            /* of decode_s: choosing tokens (grammar checks, arg-max passes) */
     uint64_t grammar_checks;     /* tokens tried against the grammar */
     size_t grammar_ram;          /* RAM of the grammar's tables (0: built-in, in flash) */
+    int cut;                     /* NEEDLE_CUT_*: whether the budget changed the answer (a token
+                                  * ranked above one chosen was refused only because the rest of
+                                  * the call would not fit), and which limit set the budget */
+    uint32_t error_code;         /* set by the caller: 0 writes "success":true; else "success": */
+    const char *error;           /* false with this error_code and this message (the service) */
 } needle_envelope;
+
+enum { NEEDLE_CUT_NONE, NEEDLE_CUT_MAX_NEW, NEEDLE_CUT_CONTEXT };
 
 /* The grammar of a tool list: the built-in list (scons tools=FILE, minified as
  * needle_tools_json) takes its tables from flash, compiled at build time; any other list is

@@ -6,9 +6,12 @@
  * --socket they come on standard input and the answers go to standard output (a pipe,
  * socat or an rpcd plugin drives it) until standard input ends; with --socket the service
  * listens on a Unix stream socket and serves one connection at a time, forever (procd or
- * systemd restarts it if it dies).  Each connection (standard input: the whole run) is one
- * session: the engine's KV cache holds everything fed so far, and a request's prompt is
- * appended after it until {"reset": true}.  docs/serve.md is the protocol.
+ * systemd restarts it if it dies).  Each connection (standard input: the whole run) has one
+ * session: the engine's KV cache holds everything fed so far.  A "query" starts a fresh
+ * session (protocol version 2) unless it says "continue": true; a "prompt", a "results" turn
+ * and a continued query are appended after what is there, until {"reset": true}.  A request
+ * that does not fit is refused before anything runs; a call the budget cut short is
+ * ok:false.  docs/serve.md is the protocol.
  *
  * Generation is needle_generate_ids() (needle_session.c), the CLI's own, so a request on a
  * fresh session chooses the tokens `needle --prompt` / `--tools --query` chooses; the service also stops at
@@ -310,6 +313,7 @@ typedef struct {
     size_t results_len;
     uint32_t max_new;
     int has_max_new, plain_markers, has_plain_markers, reset, raw, has_raw, force_call, has_force_call;
+    int cont, has_cont;           /* "continue": a query appended to the session (default: a fresh one) */
     const char *problem;          /* the first error that is not a syntax error */
 } request;
 
@@ -535,7 +539,7 @@ static const char *key_shown(const char *key, size_t len)
 }
 
 static const char KEYS[] = "prompt, query, results, tools, system, date, max_new, plain_markers, raw, force_call, "
-                           "reset, id";
+                           "continue, reset, id";
 
 /* A text value: a string without U+0000, decoded in place. */
 static char *text_value(json *j, request *r, const char *key, size_t *len)
@@ -558,7 +562,7 @@ static char *text_value(json *j, request *r, const char *key, size_t *len)
 static void parse_request(json *j, request *r)
 {
     static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
-                                         "reset", "id", "raw", "force_call", "results", "date" };
+                                         "reset", "id", "raw", "force_call", "results", "date", "continue" };
     unsigned seen = 0;
     memset(r, 0, sizeof *r);
     ws(j);
@@ -622,13 +626,15 @@ static void parse_request(json *j, request *r)
                     if ((size_t)(j->p - start) != 4 || memcmp(start, "true", 4))
                         problem(r, "\"reset\" takes true (or leave it out)");
                     r->reset = 1;
-                } else if (!strcmp(name, "plain_markers") || !strcmp(name, "raw") || !strcmp(name, "force_call")) {
+                } else if (!strcmp(name, "plain_markers") || !strcmp(name, "raw") || !strcmp(name, "force_call")
+                           || !strcmp(name, "continue")) {
                     if (jvalue(j)) return;
                     size_t n = (size_t)(j->p - start);
                     int yes = n == 4 && !memcmp(start, "true", 4), no = n == 5 && !memcmp(start, "false", 5);
                     if (!yes && !no) problem(r, "\"%s\" must be true or false", name);
                     if (!strcmp(name, "raw")) { r->raw = yes; r->has_raw = 1; }
                     else if (!strcmp(name, "force_call")) { r->force_call = yes; r->has_force_call = 1; }
+                    else if (!strcmp(name, "continue")) { r->cont = yes; r->has_cont = 1; }
                     else { r->plain_markers = yes; r->has_plain_markers = 1; }
                 } else {   /* id: a string or an integer, echoed as written */
                     if (*start == '"') {
@@ -834,6 +840,39 @@ static char results_text[NEEDLE_TOK_MAX_TEXT + 1];
 
 static void put_envelope(void *user, const char *s, size_t n) { w_put(user, s, n); }
 
+/* The tokens a call needs at the least: <tool_call>, the shortest call list, </tool_call>,
+ * <|im_end|> (needle_call_turn's own check). */
+static uint32_t call_min(void) { return 1u + needle_grammar_list_min(&grammar) + 2u; }
+
+/* A request that does not fit what is free of the context, refused before anything is fed
+ * (docs/serve.md, "Sessions"): `feed` tokens to feed, at least `answer` to generate, `avail`
+ * of NEEDLE_MAX_SEQ free; at_start: the session would be fresh, so only a shorter request helps. */
+static void answer_no_room(writer *w, const request *r, const char *what, uint32_t feed, uint32_t answer,
+                           uint32_t avail, int at_start)
+{
+    if (at_start)
+        answer_error(w, r, "%s needs %u tokens (%u to feed, at least %u to answer) and a fresh session has %u: "
+                           "send a shorter %s", what, feed + answer, feed, answer, NEEDLE_MAX_SEQ,
+                     r->query ? "query, system text or tool list" : "prompt");
+    else
+        answer_error(w, r, "%s needs %u tokens (%u to feed, at least %u to answer) and the session has %u of %u "
+                           "free: %s", what, feed + answer, feed, answer, avail, NEEDLE_MAX_SEQ,
+                     r->query ? "send the query without \"continue\" (a fresh session), or {\"reset\": true} first"
+                              : "send {\"reset\": true} to start a fresh session, then the request again");
+}
+
+/* A call whose max_new cannot hold its shortest answer, refused before anything is fed: 1. */
+static int short_max_new(writer *w, const request *r, uint32_t least)
+{
+    const uint32_t max_new = r->has_max_new ? r->max_new : start_max_new;
+    if (max_new >= least) return 0;
+    answer_error(w, r, "a call needs at least %u tokens but \"max_new\" is %u: raise \"max_new\"", least, max_new);
+    return 1;
+}
+
+/* The error codes of a call the budget cut short (docs/serve.md, "Answers"). */
+enum { CUT_MAX_NEW = 1, CUT_CONTEXT = 2 };
+
 /* Decode one constrained turn after turn_ids[0..n) and answer its envelope (the CLI's line,
  * needle_call_turn).  A turn refused before anything is fed (the budget) leaves the session
  * as it was; an engine error resets it. */
@@ -854,13 +893,30 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
         return;
     }
     if (archive_changed(w, r)) return;   /* the answer would be the changed file's */
+    static char cut[400];
+    if (envelope.cut == NEEDLE_CUT_MAX_NEW) {
+        snprintf(cut, sizeof cut, "\"max_new\" (%u) ran out in the middle of the call, which was cut short: raise "
+                 "\"max_new\" and send the request again", r->has_max_new ? r->max_new : start_max_new);
+    } else if (envelope.cut == NEEDLE_CUT_CONTEXT) {
+        snprintf(cut, sizeof cut, "the context ran out in the middle of the call (%u tokens were free for the "
+                 "answer), which was cut short: %s", NEEDLE_MAX_SEQ - before - n, before == 0
+                 ? "send a shorter query, system text or tool list"
+                 : "send {\"reset\": true} (or the query without \"continue\"), then the request again");
+    }
+    envelope.error_code = envelope.cut == NEEDLE_CUT_MAX_NEW ? CUT_MAX_NEW : envelope.cut ? CUT_CONTEXT : 0;
+    envelope.error = cut;
     envelope.retrieved_count = retrieval.n_chosen;      /* a results turn keeps its query's tools */
     envelope.retrieval_tokens = retrieval.tokens;
     memcpy(envelope.retrieved, retrieval.chosen, sizeof envelope.retrieved);
     retrieval.tokens = 0;                               /* embedded for the query's turn only */
     pending = (int32_t)turn_ids[n + envelope.generated_tokens - 1u];   /* <|im_end|>: chosen, fed next */
-    call_open = 1;
-    answer_start(w, r, 1);
+    call_open = 1;   /* also a call cut short: its (complete) call list may be answered */
+    answer_start(w, r, !envelope.cut);
+    if (envelope.cut) {
+        w_str(w, ",\"error\":");
+        w_json_string(w, cut, strlen(cut));
+        w_fmt(w, ",\"stop\":\"%s\"", envelope.cut == NEEDLE_CUT_MAX_NEW ? "max_new" : "context");
+    }
     w_fmt(w, ",\"position\":%u,\"envelope\":", needle_position() + 1u);
     needle_envelope_write(&envelope, turn_ids, put_envelope, w);
     w_str(w, "}\n");
@@ -884,13 +940,9 @@ static void answer_results(writer *w, const request *r)
     results_text[r->results_len] = 0;
     int32_t k = needle_call_reply_ids(results_text, ids, NEEDLE_MAX_SEQ, err, sizeof err);   /* ids[0]: the pending <|im_end|> */
     if (k < 0) { answer_error(w, r, "\"results\": %s", as_request_keys(err)); return; }
-    const uint32_t pos = needle_position();
-    if (pos + (uint32_t)k >= NEEDLE_MAX_SEQ) {
-        answer_error(w, r, "the results take %u tokens but the session has %u of max_seq_len %u left: send "
-                           "{\"reset\": true} to start a new session", (uint32_t)k, NEEDLE_MAX_SEQ - pos - 1u,
-                     NEEDLE_MAX_SEQ);
-        return;
-    }
+    const uint32_t avail = NEEDLE_MAX_SEQ - needle_position() - 1u, feed = (uint32_t)k - 1u;   /* the <|im_end|> counted */
+    if (feed + call_min() > avail) { answer_no_room(w, r, "the results turn", feed, call_min(), avail, 0); return; }
+    if (short_max_new(w, r, call_min())) return;
     answer_turn(w, r, ids, (uint32_t)k);
 }
 
@@ -926,6 +978,11 @@ static void handle(writer *w, size_t len)
                                   : "a request needs \"prompt\", \"query\", \"results\" or \"reset\": true");
         return;
     }
+    if (!r.query && r.has_cont) {
+        answer_error(w, &r, "\"continue\" goes with \"query\" only (a \"prompt\" or \"results\" always continues "
+                            "the session): leave it out");
+        return;
+    }
     if (!r.query && (r.tools || r.system || r.date || r.has_plain_markers || r.has_raw || r.has_force_call)) {
         answer_error(w, &r, "\"tools\", \"system\", \"date\", \"plain_markers\", \"raw\" and \"force_call\" go "
                             "with \"query\" (\"results\" keeps the query's)");
@@ -947,6 +1004,7 @@ static void handle(writer *w, size_t len)
     if (r.results) { answer_results(w, &r); return; }
 
     /* the prompt text, and the ranges of it whose chat markers are plain text */
+    const int fresh = r.query && !r.cont;   /* a query starts a fresh session unless it continues */
     const char *prompt_text = r.prompt;
     size_t prompt_len = r.prompt_len;
     needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
@@ -975,10 +1033,12 @@ static void handle(writer *w, size_t len)
         if (!r.raw) {
             memset(&retrieval, 0, sizeof retrieval);
             size_t chosen_len;
-            const char *list = needle_position() == 0 && pending < 0
+            const uint32_t was = needle_position();
+            const char *list = fresh || (was == 0 && pending < 0)
                 ? needle_retrieve(tools, tools_len, r.query, chosen_tools, sizeof chosen_tools, &chosen_len,
                                   &retrieval, err, sizeof err)
                 : tools;
+            if (needle_position() != was) { pending = -1; call_open = 0; }   /* retrieval ran the engine */
             if (!list) {
                 answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", as_request_keys(err));
                 return;
@@ -1005,7 +1065,7 @@ static void handle(writer *w, size_t len)
     }
 
     /* token ids: the token chosen last (fed only now), BOS on a fresh session, the prompt */
-    uint32_t pos = needle_position(), carried = pending >= 0, base = 0;
+    uint32_t pos = fresh ? 0u : needle_position(), carried = !fresh && pending >= 0, base = 0;
     if (carried) ids[base++] = (uint32_t)pending;
     else if (pos == 0) ids[base++] = NEEDLE_BOS_ID;
     int32_t n = needle_tok_encode_spans(prompt_text, prompt_len, ids + base, NEEDLE_MAX_SEQ - 2, plain, n_plain);
@@ -1016,16 +1076,21 @@ static void handle(writer *w, size_t len)
                      NEEDLE_TOK_MAX_TEXT);
         return;
     }
-    /* Checked before anything is fed, so a refused request leaves the session as it was. */
-    uint32_t fed = base + (uint32_t)n, used = pos + carried;
-    if (pos + fed >= NEEDLE_MAX_SEQ) {   /* no room for the prompt and one new token */
-        answer_error(w, &r, "the prompt takes %u tokens but the session has %u of max_seq_len %u left "
-                            "(position %u): send {\"reset\": true} to start a new session, then the request "
-                            "again", (uint32_t)n, used + 1u >= NEEDLE_MAX_SEQ ? 0u : NEEDLE_MAX_SEQ - used - 1u,
-                     NEEDLE_MAX_SEQ, used);
+    /* Checked before anything is fed (or a fresh query resets the session), so a refused
+     * request leaves the session as it was. */
+    const uint32_t fed = base + (uint32_t)n, feed = fed - carried, avail = NEEDLE_MAX_SEQ - pos - carried;
+    const int call = r.query && !r.raw;
+    const uint32_t least = call ? call_min() : 1u, max_new = r.has_max_new ? r.max_new : start_max_new;
+    if (feed + least > avail) {   /* no room for the prompt and the shortest answer */
+        answer_no_room(w, &r, "the prompt", feed, least, avail, pos == 0 && !carried);
         return;
     }
-    if (r.query && !r.raw) { answer_turn(w, &r, ids, fed); return; }
+    if (short_max_new(w, &r, least)) return;
+    if (fresh) {
+        needle_reset();
+        pending = -1;
+    }
+    if (call) { answer_turn(w, &r, ids, fed); return; }
 
     static collect c;
     needle_tok_stream_init(&c.stream);
@@ -1034,7 +1099,7 @@ static void handle(writer *w, size_t len)
     needle_gen_result res;
     double t0 = now_ms();
     c.prefilled_ms = t0;
-    int rc = needle_generate_ids(ids, fed, r.has_max_new ? r.max_new : start_max_new, im_end_id, &hooks, &res);
+    int rc = needle_generate_ids(ids, fed, max_new, im_end_id, &hooks, &res);
     double t1 = now_ms();
     if (rc) {
         needle_reset();
