@@ -309,3 +309,16 @@ def test_the_random_lists_reach_every_keyword():
     joined = "".join(texts)
     for raw in ("1.0", "1e2", "-0", "é+$", "😀"):
         assert raw in joined, raw
+
+
+# ---- the refusal of an unknown keyword lists what is supported, whole ---------------------------
+@pytest.mark.parametrize("schema", ['{"anyOf":[{"type":"string"}]}', '{"type":"string","format":"x","oneOf":[]}',
+                                    '{"type":"integer","exclusiveMinimumX":1}', '{"type":"boolean","minimum":1}',
+                                    '{"type":"object","patternProperties":{}}'])
+def test_an_unknown_keyword_lists_the_supported_ones_within_an_error_line(driver, tmp_path, schema):  # noqa: F811
+    """The CLI and the service write errors into 256-byte lines: the list used to be cut after
+    "maxLength" with the tool and property names in front.  Names of 24 bytes each still fit."""
+    text = json.dumps([{"name": "t" * 24, "parameters": {"type": "object",
+                                                        "properties": {"p" * 24: json.loads(schema)}}}])
+    msg = refused_alike(driver, tmp_path, text)
+    assert "(supported: " in msg and msg.endswith(")") and len(msg.encode()) < 256, (len(msg), msg)

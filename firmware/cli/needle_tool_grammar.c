@@ -27,11 +27,18 @@ static const char CALL_MID[] = ",\"arguments\":";
 #define CALL_HEAD_LEN (sizeof CALL_HEAD - 1u)
 #define CALL_MID_LEN  (sizeof CALL_MID - 1u)
 
-static const char SUPPORTED[] =
-    "type, enum, const, description, title, default, examples, format (not enforced); "
-    "integer/number: minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf; "
-    "string: minLength, maxLength, pattern; array: items, minItems, maxItems, "
-    "uniqueItems; object: properties, required, additionalProperties false";
+/* The refusal of an unknown keyword lists what is supported where it stood, short enough for
+   a 256-byte error line with the tool and property names in front (schema.py says the same). */
+static const char SUPPORTED_ANY[] =
+    "type, enum, const, annotations (description, title, default, examples, format)";
+static const char *const SUPPORTED_FOR[] = {            /* by type, in TYPE_NAMES order */
+    "minLength, maxLength, pattern",
+    "minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf",
+    "minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf",
+    "", "",
+    "items, minItems, maxItems, uniqueItems",
+    "properties, required, additionalProperties false",
+};
 
 static const int64_t POW10[19] = {
     1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL, 10000000LL, 100000000LL,
@@ -1124,7 +1131,15 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
             err_str(&c->e, TYPE_NAMES[ty] + 1, strlen(TYPE_NAMES[ty]) - 2);
         }
         err_s(&c->e, " (supported: ");
-        err_s(&c->e, SUPPORTED);
+        if (ty == TY_NONE) {
+            err_s(&c->e, SUPPORTED_ANY);
+            err_s(&c->e, "; per type: docs/grammar.md");
+        } else if (SUPPORTED_FOR[ty][0]) {
+            err_s(&c->e, SUPPORTED_FOR[ty]);
+            err_s(&c->e, "; type, enum, const, annotations");
+        } else {
+            err_s(&c->e, SUPPORTED_ANY);
+        }
         err_s(&c->e, ")");
         return -1;
     }

@@ -44,20 +44,29 @@ MB_CAP = 32768          # a node's shortest text is saturated here (far above an
 # pattern items
 P_ONE, P_OPT, P_STAR = 0, 1, 2
 
-SUPPORTED = ("type, enum, const, description, title, default, examples, format (not enforced); "
-             "integer/number: minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf; "
-             "string: minLength, maxLength, pattern; array: items, minItems, maxItems, "
-             "uniqueItems; object: properties, required, additionalProperties false")
-_ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment"}
-_BY_TYPE = {
-    "string": {"minLength", "maxLength", "pattern"},
-    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-    "boolean": set(),
-    "null": set(),
-    "array": {"items", "minItems", "maxItems", "uniqueItems"},
-    "object": {"properties", "required", "additionalProperties"},
+# The refusal of an unknown keyword lists what is supported where it stood; it must fit the
+# C twin's 256-byte error lines with the tool and property names in front (the C strings of
+# needle_tool_grammar.c say the same).
+SUPPORTED_ANY = "type, enum, const, annotations (description, title, default, examples, format)"
+SUPPORTED_FOR = {
+    "string": "minLength, maxLength, pattern",
+    "integer": "minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf",
+    "number": "minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf",
+    "boolean": "",
+    "null": "",
+    "array": "items, minItems, maxItems, uniqueItems",
+    "object": "properties, required, additionalProperties false",
 }
+
+
+def supported_keywords(tname: str | None) -> str:
+    """What the refusal of an unknown keyword lists, for a property of type `tname` (or none)."""
+    if tname is None:
+        return f"{SUPPORTED_ANY}; per type: docs/grammar.md"
+    return f"{SUPPORTED_FOR[tname]}; type, enum, const, annotations" if SUPPORTED_FOR[tname] else SUPPORTED_ANY
+_ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment"}
+_BY_TYPE = {t: {w.split(" ")[0] for w in words.split(", ")} if words else set()
+            for t, words in SUPPORTED_FOR.items()}     # the keywords each type takes
 
 
 # ---- the minified tool list as a tree of raw text spans --------------------------------
@@ -234,7 +243,8 @@ class _Compiler:
         for k in keys:
             if k not in allowed:
                 raise CactError(f"{where}: unsupported keyword \"{k}\"" +
-                                (f" for type {tname}" if tname else "") + f" (supported: {SUPPORTED})")
+                                (f" for type {tname}" if tname else "") +
+                                f" (supported: {supported_keywords(tname)})")
         if enum is not None or const is not None:
             if enum is not None and const is not None:
                 raise CactError(f"{where}: give enum or const, not both")
