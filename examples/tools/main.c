@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     if (needle_archive_map(archive)) { say_str("tools: "); say_str(needle_error()); say_str("\n"); return 3; }
 #endif
     if (needle_boot()) { say_str("tools: "); say_str(needle_error()); say_str("\n"); return 3; }
-    int made = needle_run(query, max_new, 1, &HANDLERS, NULL, &env, err, sizeof err);
+    int made = needle_run(query, max_new, 1, NEEDLE_MIN_CONFIDENCE, &HANDLERS, NULL, &env, err, sizeof err);
     if (made < 0) { say_str("tools: "); say_str(err); say_str("\n"); return 2; }
     say_str("calls made: ");
     say_int(made);

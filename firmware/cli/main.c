@@ -6,8 +6,13 @@
  *          [--date TEXT|now]                    (the system facts' date: docs/prompt.md)
  *          [--force-call]                       the envelope as one JSON line (docs/grammar.md);
  *                                               --force-call: the answer is a call, at least one
+ *          [--min-confidence X]                 withhold a call below confidence X (default: the
+ *                                               generation's NEEDLE_MIN_CONFIDENCE_PPM)
+ *          [--overrides refuse|complete]        refuse a call the grammar bent (the default), or
+ *                                               complete it (docs/grammar.md, "Acting on a call")
  *          [--reply RESULTS]                    then a second turn on the same session, after the
- *                                               calls' results (JSON text): two envelopes
+ *                                               calls' results (JSON text): two envelopes (not after
+ *                                               a first turn that is not to be acted on)
  *          [--raw]                              plain greedy text as the model writes it (--ids: ids)
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
@@ -39,7 +44,8 @@
  *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
  * 3 when the archive (linked in, or the --archive file) is not the one the engine was
- * generated for, 1 for I/O errors (including a standard output that does not take the text,
+ * generated for, 4 when a --query's envelope says not to act on its calls ("success": false:
+ * cut short, refused for an override, or withheld below the minimum confidence), 1 for I/O errors (including a standard output that does not take the text,
  * e.g. a full disk).  Each option may be given once; usage errors are found before anything
  * runs or any file is created, and an output file whose writing fails part way is removed.
  * The service answers its requests' errors on its own output and goes on (docs/serve.md).
@@ -255,6 +261,8 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
 
 static void out_put(void *user, const char *s, size_t n) { (void)user; hal_out(s, n); }
 
+#define NOT_TO_ACT 4   /* exit status: the envelope's "success" is false (docs/grammar.md, "Acting on a call") */
+
 /* One constrained turn (needle_call, needle_session.h) and its envelope; with --reply, the
  * next turn of the same conversation (needle_reply). */
 static int call_turn(const char *tools_name, const needle_call_options *opt, const char *query, const char *reply)
@@ -267,11 +275,14 @@ static int call_turn(const char *tools_name, const needle_call_options *opt, con
     needle_call_write(&env, out_put, NULL);
     hal_out("\n", 1);
     if (hal_out_status()) return fail_stdout();
-    if (!reply) return 0;
-    if (needle_reply(reply, &env, err, sizeof err)) return hal_fail(2, "--reply: %s", err);
-    needle_call_write(&env, out_put, NULL);
-    hal_out("\n", 1);
-    return hal_out_status() ? fail_stdout() : 0;
+    if (reply && !env.error_code) {
+        if (needle_reply(reply, &env, err, sizeof err)) return hal_fail(2, "--reply: %s", err);
+        needle_call_write(&env, out_put, NULL);
+        hal_out("\n", 1);
+        if (hal_out_status()) return fail_stdout();
+    }
+    /* 4: the envelope says not to act on its calls (a script's `needle ... && act` does not) */
+    return env.error_code ? NOT_TO_ACT : 0;
 }
 
 #ifdef NEEDLE_TOOLS_BUILTIN
@@ -318,8 +329,10 @@ static void usage(void)
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
           "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
+          "              [--min-confidence X] [--overrides refuse|complete]   (exit 4: do not act on the calls)\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE] [--prefill K]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N] [--idle-timeout S]\n"
+          "              [--min-confidence X] [--overrides refuse|complete]\n"
           "              (docs/serve.md)\n"
           "       needle --info | --bench N | --help\n"
 #ifdef NEEDLE_TOOLS_BUILTIN
@@ -336,12 +349,13 @@ static void usage(void)
 
 /* --serve on a board without the service (bare metal, or a harness built with NEEDLE_NO_SERVE). */
 static int serve(const char *socket_path, const char *archive, const char *tools_json, size_t tools_len,
-                 uint32_t max_new, uint32_t idle_timeout)
+                 uint32_t max_new, uint32_t idle_timeout, uint32_t min_confidence, int overrides)
 {
 #if defined(__linux__) && !defined(NEEDLE_NO_SERVE)
-    return needle_serve(socket_path, archive, tools_json, tools_len, max_new, idle_timeout);
+    return needle_serve(socket_path, archive, tools_json, tools_len, max_new, idle_timeout, min_confidence, overrides);
 #else
     (void)socket_path; (void)archive; (void)tools_json; (void)tools_len; (void)max_new; (void)idle_timeout;
+    (void)min_confidence; (void)overrides;
 #ifdef __linux__
     return hal_fail(2, "--serve is not built into this program (NEEDLE_NO_SERVE)");
 #else
@@ -355,12 +369,14 @@ static int cli(int argc, char **argv)
     const char *text = NULL, *tools = NULL, *query = NULL, *system = NULL, *tokens = NULL, *logits = NULL;
     const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL, *date = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0, prefill = 0, idle_timeout = NEEDLE_SERVE_IDLE_TIMEOUT;
+    uint32_t min_confidence = NEEDLE_MIN_CONFIDENCE_PPM;    /* parts per million */
+    int overrides = NEEDLE_OVERRIDES_REFUSE, judge_given = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0, idle_given = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
                                         "--raw", "--force-call", "--reply", "--snapshot-save", "--date", "--prefill",
-                                        "--idle-timeout" };
+                                        "--idle-timeout", "--min-confidence", "--overrides" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -376,7 +392,7 @@ static int cli(int argc, char **argv)
                           : !strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--reply") ? &reply
                           : !strcmp(a, "--snapshot-save") ? &snapshot : !strcmp(a, "--date") ? &date : NULL;
         if (slot || !strcmp(a, "--max-new") || !strcmp(a, "--bench") || !strcmp(a, "--threads") || !strcmp(a, "--prefill")
-            || !strcmp(a, "--idle-timeout")) {
+            || !strcmp(a, "--idle-timeout") || !strcmp(a, "--min-confidence") || !strcmp(a, "--overrides")) {
             if (i + 1 >= argc) return hal_fail(2, "%s needs a value (see --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--max-new")) max_new_given = 1;
@@ -384,6 +400,18 @@ static int cli(int argc, char **argv)
             else if (!strcmp(a, "--prefill")) {
                 if (parse_u32(v, NEEDLE_MAX_SEQ, &prefill) || prefill == 0)
                     return hal_fail(2, "--prefill wants an integer between 1 and %u, not \"%s\"", NEEDLE_MAX_SEQ, v);
+            }
+            else if (!strcmp(a, "--min-confidence")) {
+                judge_given = 1;
+                if (needle_parse_confidence(v, strlen(v), &min_confidence))
+                    return hal_fail(2, "--min-confidence wants a number from 0 to 1 with at most 6 decimals (e.g. "
+                                   "0.5; 0 withholds nothing), not \"%s\"", v);
+            }
+            else if (!strcmp(a, "--overrides")) {
+                judge_given = 1;
+                if (needle_parse_overrides(v, strlen(v), &overrides))
+                    return hal_fail(2, "--overrides wants refuse or complete (docs/grammar.md, \"Acting on a call\"), "
+                                   "not \"%s\"", v);
             }
             else if (!strcmp(a, "--idle-timeout")) {
                 idle_given = 1;
@@ -432,7 +460,8 @@ static int cli(int argc, char **argv)
     if (snapshot) return hal_fail(2, "--snapshot-save needs built-in tools (scons tools=FILE)");
 #endif
     if (serving && (system || plain_markers || print_ids || logits || heads))
-        return hal_fail(2, "--serve takes only --socket, --tools, --max-new, --idle-timeout and --archive: system, plain_markers "
+        return hal_fail(2, "--serve takes only --socket, --tools, --max-new, --idle-timeout, --min-confidence, --overrides and "
+                       "--archive: system, plain_markers "
                        "and the rest come with each request (docs/serve.md)");
     if ((logits || heads || prefill) && !tokens) return hal_fail(2, "--logits, --heads and --prefill go with --tokens");
     if (system && (!query || serving)) return hal_fail(2, "--system goes with --query");
@@ -456,6 +485,8 @@ static int cli(int argc, char **argv)
                        "tools=FILE builds them in)");
 #endif
     if (reply && (!query || raw || print_ids)) return hal_fail(2, "--reply goes with a constrained --query (not --raw or --ids)");
+    if (judge_given && !((query && !raw && !print_ids) || serving))
+        return hal_fail(2, "--min-confidence and --overrides go with a constrained --query or --serve");
     if ((raw || force_call) && !query)
         return hal_fail(2, "--raw and --force-call go with --tools and --query");
     if (raw && force_call) return hal_fail(2, "--force-call constrains the call and --raw turns the grammar off: choose one");
@@ -475,7 +506,7 @@ static int cli(int argc, char **argv)
     if (archive) return hal_fail(2, "this engine carries its archive linked in: drop --archive");
 #endif
 #if !defined(__linux__) || defined(NEEDLE_NO_SERVE)
-    if (serving) return serve(socket_path, NULL, NULL, 0, max_new, 0);   /* refused before anything runs */
+    if (serving) return serve(socket_path, NULL, NULL, 0, max_new, 0, 0, 0);   /* refused before anything runs */
 #endif
 
     const char *tools_json = NULL;
@@ -510,7 +541,8 @@ static int cli(int argc, char **argv)
     if (snapshot) return snapshot_save(snapshot);
 #endif
     if (query && !raw && !print_ids) {   /* a constrained call (retrieval, grammar, envelope) */
-        const needle_call_options opt = { tools_json, tools_len, system, NULL, max_new, force_call, plain_markers };
+        const needle_call_options opt = { tools_json, tools_len, system, NULL, max_new, force_call, plain_markers,
+                                          (float)min_confidence / 1e6f, overrides };
         return call_turn(tools, &opt, query, reply);
     }
     if (tools || query) {
@@ -527,7 +559,9 @@ static int cli(int argc, char **argv)
             return hal_fail(2, "%s: %s", tools, err);    /* the service's calls are constrained by it */
         if (!serving) return generate(prompt, (size_t)n, plain, n_plain, max_new, max_new_given);   /* --raw, --ids */
     }
-    if (serving) return serve(socket_path, archive, tools ? tools_json : NULL, tools_len, max_new, idle_timeout);
+    if (serving)
+        return serve(socket_path, archive, tools ? tools_json : NULL, tools_len, max_new, idle_timeout, min_confidence,
+                     overrides);
     return generate(text, strlen(text), NULL, 0, max_new, max_new_given);
 }
 

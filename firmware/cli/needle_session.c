@@ -209,6 +209,8 @@ static needle_retrieval retrieval;       /* the five it rendered, where retrieva
 static char chosen[NEEDLE_TOK_MAX_TEXT + 1], facts[NEEDLE_TOK_MAX_TEXT + 1];
 static uint32_t turn_at, turn_len;       /* the last turn's ids: ids[turn_at .. turn_at + turn_len) */
 static uint32_t turn_max_new;            /* the conversation's budget per turn */
+static uint32_t judge_ppm;               /* the conversation's minimum confidence (ppm) */
+static int judge_overrides;              /* and overrides mode */
 static int call_open;                    /* needle_call succeeded: needle_reply may follow */
 
 static void keep_retrieval(needle_envelope *env, uint32_t tokens)
@@ -225,6 +227,14 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
     if (!opt) opt = &defaults;
     call_open = 0;
     if (!query) return say(err, errcap, "query is NULL", NULL, NEEDLE_CALL_E_ENGINE);
+    if (!(opt->min_confidence >= 0.0f && opt->min_confidence <= 1.0f))   /* NaN too */
+        return say(err, errcap, "min_confidence must be a number from 0 to 1 (0 withholds nothing)", NULL,
+                   NEEDLE_CALL_E_ENGINE);
+    if (opt->overrides != NEEDLE_OVERRIDES_REFUSE && opt->overrides != NEEDLE_OVERRIDES_COMPLETE)
+        return say(err, errcap, "overrides must be NEEDLE_OVERRIDES_REFUSE or NEEDLE_OVERRIDES_COMPLETE", NULL,
+                   NEEDLE_CALL_E_ENGINE);
+    judge_ppm = (uint32_t)((double)opt->min_confidence * 1e6 + 0.5);
+    judge_overrides = opt->overrides;
     const char *tools = opt->tools_json, *system = opt->system;
     size_t tools_len = opt->tools_len;
     call_open = 0;
@@ -260,6 +270,7 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
     turn_max_new = opt->max_new ? opt->max_new : NEEDLE_CALL_MAX_NEW;
     if (needle_call_turn(&grammar, ids, (uint32_t)k, turn_max_new, NULL, NULL, env, err, errcap))
         return NEEDLE_CALL_E_ENGINE;
+    needle_envelope_judge(env, judge_ppm, judge_overrides);
     keep_retrieval(env, retrieval.tokens);
     turn_len = env->prompt_tokens + env->generated_tokens;
     call_open = 1;
@@ -276,6 +287,7 @@ int needle_reply(const char *results, needle_envelope *env, char *err, size_t er
     call_open = 0;
     if (needle_call_turn(&grammar, ids + at, (uint32_t)k, turn_max_new, NULL, NULL, env, err, errcap))
         return NEEDLE_CALL_E_ENGINE;
+    needle_envelope_judge(env, judge_ppm, judge_overrides);
     turn_at = at;
     turn_len = env->prompt_tokens + env->generated_tokens;
     keep_retrieval(env, 0);        /* the conversation keeps its five; nothing embedded */

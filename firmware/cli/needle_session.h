@@ -44,18 +44,30 @@ typedef struct {
     uint32_t max_new;         /* 0: NEEDLE_CALL_MAX_NEW */
     int force_call;           /* at least one call (no []) */
     int plain_markers;        /* chat markers in the query, system and tools are plain text */
+    /* Added in protocol 3 (docs/grammar.md, "Acting on a call"); zero keeps 0.x behaviour but
+     * for the overrides, which refuse by default: */
+    float min_confidence;     /* withhold a call below this confidence, in [0, 1] (0: none;
+                               * NEEDLE_MIN_CONFIDENCE: the value recommended for this model) */
+    int overrides;            /* NEEDLE_OVERRIDES_REFUSE (0) or NEEDLE_OVERRIDES_COMPLETE */
 } needle_call_options;
+
+/* The minimum confidence recommended for this engine's model generation (docs/calibration.md),
+ * the default of the CLI's and the service's --min-confidence. */
+#define NEEDLE_MIN_CONFIDENCE ((float)NEEDLE_MIN_CONFIDENCE_PPM / 1e6f)
 
 /* One tool-calling turn on a new conversation: reset, with more than five tools and the
  * embedding head the five best rendered (needle_retrieval.h), the prompt rendered and
- * encoded, the call decoded under the tools' grammar into *env (docs/grammar.md).
- * opt may be NULL (the built-in list, defaults).  Returns 0, or NEEDLE_CALL_E_*. */
+ * encoded, the call decoded under the tools' grammar into *env (docs/grammar.md), then
+ * judged (needle_envelope_judge: env->error_code non-zero means do not act on the calls).
+ * opt may be NULL (the built-in list, defaults).  Returns 0, or NEEDLE_CALL_E_* (a
+ * min_confidence outside [0, 1] or an unknown overrides mode: NEEDLE_CALL_E_ENGINE,
+ * nothing run). */
 int needle_call(const char *query, const needle_call_options *opt, needle_envelope *env, char *err,
                 size_t errcap);
 
 /* The next turn of the conversation needle_call() started: the calls' results (JSON text) as
  * a user turn (docs/grammar.md, "Multi-turn"), then another constrained turn with the same
- * tools, nothing fed twice.  Returns 0, or NEEDLE_CALL_E_ENGINE. */
+ * tools and judge settings, nothing fed twice.  Returns 0, or NEEDLE_CALL_E_ENGINE. */
 int needle_reply(const char *results, needle_envelope *env, char *err, size_t errcap);
 
 /* The envelope of the session's last turn as one JSON line, no newline (needle_envelope_write

@@ -39,6 +39,7 @@ typedef struct {
     uint64_t checks;
     int over_budget;        /* allowed() refused the last id for the budget alone */
     int cut;                /* a better-ranked id than one chosen was refused for the budget alone */
+    uint32_t wanted;        /* the model's own first choice at the last step (choose()) */
 } call_decoder;
 
 static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
@@ -139,6 +140,7 @@ static int choose(call_decoder *d, const float *lg, uint32_t *out)
             batch[k] = i;
         }
         if (n == 0) return -1;
+        if (!have_last) d->wanted = batch[0];   /* the arg-max over the vocabulary */
         for (uint32_t k = 0; k < n; k++) {
             if (allowed(d, batch[k])) { *out = batch[k]; return 0; }
             d->cut |= d->over_budget;
@@ -146,6 +148,177 @@ static int choose(call_decoder *d, const float *lg, uint32_t *out)
         last = batch[n - 1];
         have_last = 1;
     }
+}
+
+/* ---- overrides: where the grammar bent the model (docs/grammar.md, "Acting on a call") ------ */
+
+/* A bounded text: bytes past cap - 1 are dropped, and a character the cut would split is
+ * dropped whole (so the text stays UTF-8); the Python twin cuts the same way. */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+    int cut;               /* bytes were dropped */
+    uint8_t first_dropped;
+} text_buf;
+
+static void tb_put(text_buf *t, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (t->len + 1u < t->cap) t->buf[t->len++] = s[i];
+        else if (!t->cut) { t->cut = 1; t->first_dropped = (uint8_t)s[i]; }
+    }
+}
+
+static void tb_str(text_buf *t, const char *s) { tb_put(t, s, strlen(s)); }
+
+static void tb_u64(text_buf *t, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do { tmp[sizeof tmp - 1 - n++] = (char)('0' + v % 10u); v /= 10u; } while (v);
+    tb_put(t, tmp + sizeof tmp - n, n);
+}
+
+static void tb_end(text_buf *t)
+{
+    if (t->cut && (t->first_dropped & 0xC0u) == 0x80u) {   /* the cut splits a character: drop it */
+        while (t->len && ((uint8_t)t->buf[t->len - 1u] & 0xC0u) == 0x80u) t->len--;
+        if (t->len) t->len--;
+    }
+    t->buf[t->len] = 0;
+}
+
+/* A bound in units of 1/scale as decimal text, trailing zeros dropped ("0.5", "-3", "30"). */
+static void tb_units(text_buf *t, int64_t v, uint64_t scale)
+{
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    if (v < 0) tb_str(t, "-");
+    tb_u64(t, u / scale);
+    uint64_t frac = u % scale;
+    if (scale == 1u || !frac) return;
+    char d[7];
+    int n = 6;
+    for (int i = 5; i >= 0; i--) { d[i] = (char)('0' + frac % 10u); frac /= 10u; }
+    while (n > 0 && d[n - 1] == '0') n--;
+    tb_str(t, ".");
+    tb_put(t, d, (size_t)n);
+}
+
+#define BOUND 999999999999999999LL   /* needle_tool_grammar.c BIG: a missing bound */
+
+/* What a value's schema allows, in words (generator/tools/grammar.py describe()). */
+static void describe(const needle_grammar *g, const needle_gnode *n, char *out)
+{
+    text_buf t = { out, NEEDLE_OVERRIDE_TEXT, 0, 0, 0 };
+    if (n->kind == NG_INT || n->kind == NG_NUM) {
+        const uint64_t scale = n->kind == NG_INT ? 1u : 1000000u;
+        const int lo = n->lo > -BOUND, hi = n->hi < BOUND;
+        tb_str(&t, n->kind == NG_INT ? "an integer" : "a number");
+        if (lo) tb_str(&t, hi ? " from " : " of at least ");
+        else if (hi) tb_str(&t, " of at most ");
+        if (lo) tb_units(&t, n->lo, scale);
+        if (lo && hi) tb_str(&t, " to ");
+        if (hi) tb_units(&t, n->hi, scale);
+        if (n->mult != 1) { tb_str(&t, ", a multiple of "); tb_units(&t, n->mult, scale); }
+    } else if (n->kind == NG_LIT) {
+        static char all[NEEDLE_OVERRIDE_TEXT + 64];
+        text_buf a = { all, sizeof all, 0, 0, 0 };
+        tb_str(&a, "one of ");
+        for (uint32_t i = 0; i < n->n_ref; i++) {
+            if (i) tb_str(&a, ", ");
+            tb_put(&a, g->text + g->ref[n->ref0 + i].off, g->ref[n->ref0 + i].len);
+        }
+        size_t len = a.len + (a.cut ? 1u : 0u), cut = 93;   /* longer than 96 bytes: cut to 93 and "..." */
+        if (len <= 96u) tb_put(&t, all, a.len);
+        else {
+            while (cut && ((uint8_t)all[cut] & 0xC0u) == 0x80u) cut--;
+            tb_put(&t, all, cut);
+            tb_str(&t, "...");
+        }
+    } else if (n->kind == NG_STR) {
+        tb_str(&t, "a string");
+        if (n->max_len >= 0) {
+            tb_str(&t, " of "); tb_u64(&t, (uint64_t)n->min_len); tb_str(&t, " to ");
+            tb_u64(&t, (uint64_t)n->max_len); tb_str(&t, " characters");
+        } else if (n->min_len > 0) {
+            tb_str(&t, " of at least "); tb_u64(&t, (uint64_t)n->min_len); tb_str(&t, " characters");
+        }
+        if (n->n_item) tb_str(&t, " matching its pattern");
+    } else {
+        tb_str(&t, n->kind == NG_ARR ? "an array" : "an object");
+    }
+    tb_end(&t);
+}
+
+/* A byte as an override reports it: printable ASCII as itself, else <0xHH>. */
+static void tb_byte(text_buf *t, unsigned b)
+{
+    if (b >= 0x21u && b <= 0x7Eu) { char c = (char)b; tb_put(t, &c, 1); return; }
+    char h[7] = { '<', '0', 'x', "0123456789ABCDEF"[b >> 4], "0123456789ABCDEF"[b & 15u], '>', 0 };
+    tb_str(t, h);
+}
+
+/* The bytes the grammar takes in state *st, as runs ("1-3", "a-z0-9"); longer than 120
+ * bytes: cut to 117 and "..." (generator/tools/grammar.py allowed_text()). */
+static void allowed_text(const needle_grammar *g, const needle_gstate *st, char *out)
+{
+    static needle_gstate t;
+    static char all[256 * 6 + 1];
+    uint8_t ok[256];
+    for (unsigned b = 0; b < 256u; b++) {
+        t.depth = st->depth;
+        memcpy(t.f, st->f, st->depth * sizeof st->f[0]);
+        ok[b] = needle_grammar_feed(g, &t, (uint8_t)b) == 0;
+    }
+    text_buf a = { all, sizeof all, 0, 0, 0 };
+    for (unsigned b = 0; b < 256u;) {
+        if (!ok[b]) { b++; continue; }
+        unsigned e = b;
+        while (e + 1u < 256u && ok[e + 1u]) e++;
+        tb_byte(&a, b);
+        if (e - b >= 2u) { tb_str(&a, "-"); tb_byte(&a, e); }
+        else for (unsigned c = b + 1u; c <= e; c++) tb_byte(&a, c);
+        b = e + 1u;
+    }
+    tb_end(&a);
+    text_buf t2 = { out, NEEDLE_OVERRIDE_TEXT, 0, 0, 0 };
+    if (a.len <= 120u) tb_put(&t2, all, a.len);
+    else { tb_put(&t2, all, 117u); tb_str(&t2, "..."); }
+    tb_end(&t2);
+}
+
+/* The grammar refused the model's first choice `want` at the state before the chosen token:
+ * an override unless its first byte is one the grammar takes here (a longer token that runs
+ * past the value, `Lagos"}`, is not one; the budget's refusals are the cut's). */
+static void note_override(const call_decoder *d, uint32_t want, uint32_t made, needle_envelope *env)
+{
+    static needle_gstate t;
+    uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
+    if (piece_bytes(want, b)) {
+        t.depth = d->st.depth;
+        memcpy(t.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
+        if (needle_grammar_feed(d->g, &t, b[0]) == 0) return;
+    }
+    if (env->overrides++) return;
+    const needle_grammar *g = d->g;
+    needle_override *o = &env->override;
+    int32_t tool, prop;
+    o->token = made;
+    o->offset = d->json;
+    o->wanted = want;
+    o->place = needle_grammar_where(&d->st, &tool, &prop);
+    if (tool >= 0) {
+        const needle_gref *r = &g->ref[g->node[d->st.f[1].node].ref0 + (uint32_t)tool];
+        o->tool = g->text + r->off + 1u;
+        o->tool_len = r->len - 2u;
+    }
+    if (prop >= 0) {
+        const needle_gref *r = &g->ref[g->node[d->st.f[2].node].ref0 + (uint32_t)prop];
+        o->arg = g->text + r->off + 1u;
+        o->arg_len = r->len - 2u;
+    }
+    allowed_text(g, &d->st, o->allowed);
+    if (o->place == NEEDLE_AT_VALUE) describe(g, &g->node[d->st.f[d->st.depth - 1u].node], o->schema);
 }
 
 static void push(call_decoder *d, uint32_t id)
@@ -271,6 +444,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
         if (c0 >= 0) env->grammar_s += seconds() - c0;
         if (none)
             return FAIL(err, errcap, "the grammar allows no token (a bug: please report the tool list)");
+        if (in_call && id != d.wanted) note_override(&d, d.wanted, made, env);
         if (in_call) {
             float p = needle_token_prob(lg, id);
             if (!have_conf || p < env->confidence) env->confidence = p;
@@ -317,7 +491,104 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     env->decode_s = t0 < 0 ? -1.0 : t2 - t1;
     env->grammar_checks = d.checks;
     env->cut = !d.cut ? NEEDLE_CUT_NONE : room <= max_new ? NEEDLE_CUT_CONTEXT : NEEDLE_CUT_MAX_NEW;
+    env->max_new = max_new;
+    env->room = room;
     return 0;
+}
+
+/* ---- the judge: may the device act on the call? ------------------------------------------- */
+
+static void tb_sink(void *user, const char *s, size_t n) { tb_put(user, s, n); }
+
+typedef struct {
+    void (*put)(void *user, const char *s, size_t n);
+    void *user;
+} out_t;
+static void put_prob(const out_t *o, float x);
+static void put_json_string(const out_t *o, const char *text, size_t n);
+
+int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm)
+{
+    size_t i = 0;
+    uint32_t whole = 0, frac = 0, digits = 0;
+    if (i < len && (text[i] == '0' || text[i] == '1')) whole = (uint32_t)(text[i++] - '0');
+    else if (!(i < len && text[i] == '.')) return -1;
+    if (i < len) {
+        if (text[i++] != '.') return -1;
+        for (; i < len && text[i] >= '0' && text[i] <= '9' && digits < 6u; i++, digits++)
+            frac = frac * 10u + (uint32_t)(text[i] - '0');
+        if (i < len || digits == 0) return -1;
+        for (; digits < 6u; digits++) frac *= 10u;
+    }
+    uint32_t v = whole * 1000000u + frac;
+    if (v > 1000000u) return -1;
+    *ppm = v;
+    return 0;
+}
+
+int needle_parse_overrides(const char *text, size_t len, int *mode)
+{
+    if (len == 6 && !memcmp(text, "refuse", 6)) { *mode = NEEDLE_OVERRIDES_REFUSE; return 0; }
+    if (len == 8 && !memcmp(text, "complete", 8)) { *mode = NEEDLE_OVERRIDES_COMPLETE; return 0; }
+    return -1;
+}
+
+void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, int overrides)
+{
+    text_buf t = { env->why, sizeof env->why, 0, 0, 0 };
+    const out_t o = { tb_sink, &t };
+    const needle_override *v = &env->override;
+    env->min_confidence_ppm = min_confidence_ppm;
+    env->error_code = 0;
+    env->error = NULL;
+    if (env->cut == NEEDLE_CUT_MAX_NEW) {
+        env->error_code = NEEDLE_E_CUT_MAX_NEW;
+        tb_str(&t, "the token budget (max_new ");
+        tb_u64(&t, env->max_new);
+        tb_str(&t, ") ran out in the middle of the call, which was cut short: raise max_new");
+    } else if (env->cut == NEEDLE_CUT_CONTEXT) {
+        env->error_code = NEEDLE_E_CUT_CONTEXT;
+        tb_str(&t, "the context ran out in the middle of the call (");
+        tb_u64(&t, env->room);
+        tb_str(&t, " tokens were free for the answer), which was cut short: shorten the prompt or start a new session");
+    } else if (env->is_call && overrides == NEEDLE_OVERRIDES_REFUSE && env->overrides && v->place != NEEDLE_AT_LIST) {
+        env->error_code = NEEDLE_E_OVERRIDE;
+        size_t len;
+        const uint8_t *p = needle_tok_piece(v->wanted, &len);
+        tb_str(&t, "the grammar overrode the model's \"");
+        if (needle_tok_piece_type(v->wanted) == NEEDLE_TOK_NORMAL) {
+            uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
+            tb_put(&t, (const char *)b, piece_bytes(v->wanted, b));
+        } else tb_put(&t, (const char *)p, len);
+        if (v->place == NEEDLE_AT_VALUE) {
+            tb_str(&t, "\" in \"");
+            tb_put(&t, v->arg, v->arg_len);
+            tb_str(&t, "\" of ");
+            tb_put(&t, v->tool, v->tool_len);
+            tb_str(&t, " (the schema allows ");
+            tb_str(&t, v->schema);
+            tb_str(&t, "): the call was refused; ");
+        } else if (v->place == NEEDLE_AT_KEY) {
+            tb_str(&t, "\" in the arguments of ");
+            tb_put(&t, v->tool, v->tool_len);
+            tb_str(&t, " (no such argument, or one is missing): the call was refused; ");
+        } else {
+            tb_str(&t, "\" in the tool name (the request needs a tool the list does not have): the call was refused; "
+                       "add the tool, or answer the user without a call");
+        }
+        if (v->place != NEEDLE_AT_NAME)
+            tb_str(&t, "ask again within the tools' schema, or use overrides complete to take the grammar's value");
+    } else if (env->is_call && (double)env->confidence * 1e6 < (double)min_confidence_ppm) {
+        env->error_code = NEEDLE_E_LOW_CONFIDENCE;
+        tb_str(&t, "the call's confidence ");
+        put_prob(&o, env->confidence);
+        tb_str(&t, " is below the minimum ");
+        tb_units(&t, (int64_t)min_confidence_ppm, 1000000u);
+        tb_str(&t, ": the call was withheld; confirm it with the user, or lower the minimum confidence");
+    }
+    tb_end(&t);
+    if (env->error_code) env->error = env->why;
+    (void)put_json_string;
 }
 
 /* ---- the next turn: the caller's results ---------------------------------------------- */
@@ -350,11 +621,6 @@ int32_t needle_call_reply_ids(const char *results, uint32_t *ids, uint32_t cap, 
 }
 
 /* ---- the envelope as JSON ---------------------------------------------------------- */
-
-typedef struct {
-    void (*put)(void *user, const char *s, size_t n);
-    void *user;
-} out_t;
 
 static void puts_(const out_t *o, const char *s) { o->put(o->user, s, strlen(s)); }
 
@@ -487,6 +753,36 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
         put_signed(&o, env->router[i]);
     }
     if (env->has_router) puts_(&o, "]");
+    puts_(&o, ",\"overrides\":");
+    put_u(&o, env->overrides);
+    puts_(&o, ",\"override\":");
+    if (!env->overrides) puts_(&o, "null");
+    else {
+        static const char *const places[] = { "list", "name", "key", "value" };
+        const needle_override *v = &env->override;
+        size_t len;
+        const uint8_t *p = needle_tok_piece(v->wanted, &len);
+        uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
+        puts_(&o, "{\"token\":");
+        put_u(&o, v->token);
+        puts_(&o, ",\"offset\":");
+        put_u(&o, v->offset);
+        puts_(&o, ",\"place\":\"");
+        puts_(&o, places[v->place]);
+        puts_(&o, v->tool ? "\",\"tool\":\"" : "\",\"tool\":null");
+        if (v->tool) { put_json_string(&o, v->tool, v->tool_len); puts_(&o, "\""); }
+        puts_(&o, v->arg ? ",\"argument\":\"" : ",\"argument\":null");
+        if (v->arg) { put_json_string(&o, v->arg, v->arg_len); puts_(&o, "\""); }
+        puts_(&o, ",\"wanted\":\"");
+        if (needle_tok_piece_type(v->wanted) == NEEDLE_TOK_NORMAL) put_json_string(&o, (const char *)b, piece_bytes(v->wanted, b));
+        else put_json_string(&o, (const char *)p, len);
+        puts_(&o, "\",\"allowed\":\"");
+        put_json_string(&o, v->allowed, strlen(v->allowed));
+        puts_(&o, v->place == NEEDLE_AT_VALUE ? "\",\"schema\":\"" : "\",\"schema\":null}");
+        if (v->place == NEEDLE_AT_VALUE) { put_json_string(&o, v->schema, strlen(v->schema)); puts_(&o, "\"}"); }
+    }
+    puts_(&o, ",\"min_confidence\":");
+    put_prob(&o, (float)env->min_confidence_ppm / 1e6f);
     puts_(&o, ",\"prefill_tps\":");
     put_rate(&o, (double)(n - env->prefix_tokens), env->prefill_s);   /* the tokens fed */
     puts_(&o, ",\"decode_tps\":");

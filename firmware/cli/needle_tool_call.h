@@ -21,6 +21,21 @@
 /* NEEDLE_CALL_MAX_JSON, the bytes of the call list an envelope keeps: needle_tool_grammar.h
  * (the compiler refuses a tool whose shortest call cannot fit it) */
 
+/* The first override of a turn: a step where the grammar refused the model's own first choice
+ * (the arg-max over the vocabulary) and its first byte too (docs/grammar.md, "Acting on a
+ * call").  Rendered when it happens, so the envelope needs no grammar to write it. */
+#define NEEDLE_OVERRIDE_TEXT 128u
+typedef struct {
+    uint32_t token;              /* the generated token's index */
+    uint32_t offset;             /* bytes of the call list before it */
+    int place;                   /* NEEDLE_AT_*: list, name, key or value */
+    const char *tool, *arg;      /* in the grammar's text, quotes excluded (NULL: none) */
+    uint32_t tool_len, arg_len;
+    uint32_t wanted;             /* the model's token */
+    char allowed[NEEDLE_OVERRIDE_TEXT];   /* the bytes the grammar took there, as runs: "1-3" */
+    char schema[NEEDLE_OVERRIDE_TEXT];    /* NEEDLE_AT_VALUE: what the value's schema allows */
+} needle_override;
+
 typedef struct {
     int is_call;                 /* "type": 1 "call", 0 "respond" (the empty list) */
     char calls[NEEDLE_CALL_MAX_JSON + 1];   /* the call list as generated: canonical JSON */
@@ -44,11 +59,39 @@ typedef struct {
     int cut;                     /* NEEDLE_CUT_*: whether the budget changed the answer (a token
                                   * ranked above one chosen was refused only because the rest of
                                   * the call would not fit), and which limit set the budget */
-    uint32_t error_code;         /* set by the caller: 0 writes "success":true; else "success": */
-    const char *error;           /* false with this error_code and this message (the service) */
+    uint32_t overrides;          /* steps where the grammar refused the model's first byte */
+    needle_override override;    /* the first of them (overrides > 0) */
+    uint32_t max_new, room;      /* the turn's budget as asked, and the tokens the context had free */
+    uint32_t min_confidence_ppm; /* the threshold needle_envelope_judge applied */
+    uint32_t error_code;         /* 0 writes "success":true; else "success":false with this */
+    const char *error;           /* error_code and this message (needle_envelope_judge) */
+    char why[256];               /* needle_envelope_judge's message */
 } needle_envelope;
 
 enum { NEEDLE_CUT_NONE, NEEDLE_CUT_MAX_NEW, NEEDLE_CUT_CONTEXT };
+
+/* The envelope's error codes (docs/grammar.md, "Acting on a call"): what a device must not
+ * act on.  The calls stay in the envelope for logging. */
+#define NEEDLE_E_CUT_MAX_NEW    1u   /* max_new ran out in the middle of the call */
+#define NEEDLE_E_CUT_CONTEXT    2u   /* the context ran out in the middle of the call */
+#define NEEDLE_E_LOW_CONFIDENCE 3u   /* the confidence is below the minimum: withheld */
+#define NEEDLE_E_OVERRIDE       4u   /* the grammar overrode the model in a call: refused */
+
+/* What an override does to the call (--overrides MODE): refuse it (the default) where it is
+ * in a tool name, an argument key or an argument value, or complete it as the grammar wrote it. */
+enum { NEEDLE_OVERRIDES_REFUSE = 0, NEEDLE_OVERRIDES_COMPLETE = 1 };
+
+/* Decide whether a device may act on the turn: set error_code, error and success (in that
+ * order: a cut call, an override with NEEDLE_OVERRIDES_REFUSE, a confidence below
+ * min_confidence_ppm, in parts per million; 0 withholds nothing).  An empty call list
+ * (respond) is only judged for the cut.  Twin of generator/tools/decode.py judge(). */
+void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, int overrides);
+
+/* "--min-confidence TEXT": a decimal in [0, 1] with at most 6 digits after the point ("0.5",
+ * "1", ".25"), into *ppm.  0, or -1 (*ppm unchanged) for anything else. */
+int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm);
+/* "--overrides NAME": "refuse" or "complete" into *mode; 0, or -1 for another name. */
+int needle_parse_overrides(const char *text, size_t len, int *mode);
 
 /* The grammar of a tool list: the built-in list (scons tools=FILE, minified as
  * needle_tools_json) takes its tables from flash, compiled at build time; any other list is

@@ -1690,6 +1690,21 @@ int needle_grammar_feed(const needle_grammar *g, needle_gstate *s, uint8_t b)
 
 int needle_grammar_done(const needle_gstate *s) { return s->depth == 1 && s->f[0].phase == 4; }
 
+int needle_grammar_where(const needle_gstate *s, int32_t *tool, int32_t *prop)
+{
+    *tool = -1;
+    *prop = -1;
+    if (s->depth < 2) return NEEDLE_AT_LIST;
+    const needle_gframe *call = &s->f[1];
+    if (call->phase < 2) return NEEDLE_AT_NAME;
+    *tool = call->cur;
+    if (call->phase == 2) return NEEDLE_AT_NAME;
+    if (call->phase != 3) return NEEDLE_AT_LIST;
+    if (s->depth == 3) return NEEDLE_AT_KEY;
+    *prop = s->f[2].cur;
+    return NEEDLE_AT_VALUE;
+}
+
 /* ---- shortest completion (grammar.py min_bytes) */
 
 /* The k-th group of code points the character in progress of a string frame can still

@@ -138,6 +138,14 @@ int needle_grammar_done(const needle_gstate *s);
 /* Length of the shortest completion of *s, in bytes. */
 uint32_t needle_grammar_min_bytes(const needle_grammar *g, const needle_gstate *s);
 
+/* Where the next byte goes (generator/tools/grammar.py where()): the call list's own
+ * structure, a call's tool name (up to "arguments":), an arguments object outside its values
+ * (keys, commas, braces) or an argument's value (its last byte and what nests in it
+ * included).  *tool: the call's tool (-1 before its name is complete); *prop: the argument
+ * (NEEDLE_AT_VALUE), else -1. */
+enum { NEEDLE_AT_LIST, NEEDLE_AT_NAME, NEEDLE_AT_KEY, NEEDLE_AT_VALUE };
+int needle_grammar_where(const needle_gstate *s, int32_t *tool, int32_t *prop);
+
 /* Bytes of a shortest call list (the empty one, or with force_call the shortest call). */
 uint32_t needle_grammar_list_min(const needle_grammar *g);
 

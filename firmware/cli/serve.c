@@ -67,6 +67,8 @@ static char msg[512];                          /* an error answer's message */
 static const char *start_tools;
 static size_t start_tools_len;
 static uint32_t start_max_new;
+static uint32_t start_min_confidence;          /* --min-confidence, parts per million */
+static int start_overrides;                    /* --overrides */
 static int32_t im_end_id = -1;                 /* <|im_end|>, or -1 when the tokenizer has none */
 
 /* The session: the engine's state plus the token chosen last and not yet fed. */
@@ -314,6 +316,8 @@ typedef struct {
     uint32_t max_new;
     int has_max_new, plain_markers, has_plain_markers, reset, raw, has_raw, force_call, has_force_call;
     int cont, has_cont;           /* "continue": a query appended to the session (default: a fresh one) */
+    uint32_t min_confidence;      /* "min_confidence" in parts per million (has_judge & 1) */
+    int overrides, has_judge;     /* "overrides" (has_judge & 2) */
     const char *problem;          /* the first error that is not a syntax error */
 } request;
 
@@ -539,7 +543,7 @@ static const char *key_shown(const char *key, size_t len)
 }
 
 static const char KEYS[] = "prompt, query, results, tools, system, date, max_new, plain_markers, raw, force_call, "
-                           "continue, reset, id";
+                           "continue, min_confidence, overrides, reset, id";
 
 /* A text value: a string without U+0000, decoded in place. */
 static char *text_value(json *j, request *r, const char *key, size_t *len)
@@ -562,7 +566,8 @@ static char *text_value(json *j, request *r, const char *key, size_t *len)
 static void parse_request(json *j, request *r)
 {
     static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
-                                         "reset", "id", "raw", "force_call", "results", "date", "continue" };
+                                         "reset", "id", "raw", "force_call", "results", "date", "continue",
+                                         "min_confidence", "overrides" };
     unsigned seen = 0;
     memset(r, 0, sizeof *r);
     ws(j);
@@ -621,6 +626,19 @@ static void parse_request(json *j, request *r)
                         problem(r, "\"max_new\" must be an integer between 1 and %u", NEEDLE_MAX_SEQ);
                     r->max_new = (uint32_t)v;
                     r->has_max_new = 1;
+                } else if (!strcmp(name, "min_confidence")) {
+                    if (jvalue(j)) return;
+                    if (needle_parse_confidence(start, (size_t)(j->p - start), &r->min_confidence))
+                        problem(r, "\"min_confidence\" must be a number from 0 to 1 with at most 6 decimals (e.g. "
+                                   "0.5; 0 withholds nothing)");
+                    r->has_judge |= 1;
+                } else if (!strcmp(name, "overrides")) {
+                    char *v = text_value(j, r, name, NULL);
+                    if (j->err) return;
+                    if (v && needle_parse_overrides(v, strlen(v), &r->overrides))
+                        problem(r, "\"overrides\" must be \"refuse\" or \"complete\" (docs/grammar.md, \"Acting "
+                                   "on a call\")");
+                    r->has_judge |= 2;
                 } else if (!strcmp(name, "reset")) {
                     if (jvalue(j)) return;
                     if ((size_t)(j->p - start) != 4 || memcmp(start, "true", 4))
@@ -870,8 +888,6 @@ static int short_max_new(writer *w, const request *r, uint32_t least)
     return 1;
 }
 
-/* The error codes of a call the budget cut short (docs/serve.md, "Answers"). */
-enum { CUT_MAX_NEW = 1, CUT_CONTEXT = 2 };
 
 /* Decode one constrained turn after turn_ids[0..n) and answer its envelope (the CLI's line,
  * needle_call_turn).  A turn refused before anything is fed (the budget) leaves the session
@@ -893,6 +909,8 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
         return;
     }
     if (archive_changed(w, r)) return;   /* the answer would be the changed file's */
+    needle_envelope_judge(&envelope, r->has_judge & 1 ? r->min_confidence : start_min_confidence,
+                          r->has_judge & 2 ? r->overrides : start_overrides);
     static char cut[400];
     if (envelope.cut == NEEDLE_CUT_MAX_NEW) {
         snprintf(cut, sizeof cut, "\"max_new\" (%u) ran out in the middle of the call, which was cut short: raise "
@@ -903,20 +921,19 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
                  ? "send a shorter query, system text or tool list"
                  : "send {\"reset\": true} (or the query without \"continue\"), then the request again");
     }
-    envelope.error_code = envelope.cut == NEEDLE_CUT_MAX_NEW ? CUT_MAX_NEW : envelope.cut ? CUT_CONTEXT : 0;
-    envelope.error = cut;
+    if (envelope.cut) envelope.error = cut;   /* the service's words: request keys, not flags */
     envelope.retrieved_count = retrieval.n_chosen;      /* a results turn keeps its query's tools */
     envelope.retrieval_tokens = retrieval.tokens;
     memcpy(envelope.retrieved, retrieval.chosen, sizeof envelope.retrieved);
     retrieval.tokens = 0;                               /* embedded for the query's turn only */
     pending = (int32_t)turn_ids[n + envelope.generated_tokens - 1u];   /* <|im_end|>: chosen, fed next */
     call_open = 1;   /* also a call cut short: its (complete) call list may be answered */
-    answer_start(w, r, !envelope.cut);
-    if (envelope.cut) {
+    answer_start(w, r, !envelope.error_code);   /* not to be acted on: never "ok": true */
+    if (envelope.error_code) {
         w_str(w, ",\"error\":");
-        w_json_string(w, cut, strlen(cut));
-        w_fmt(w, ",\"stop\":\"%s\"", envelope.cut == NEEDLE_CUT_MAX_NEW ? "max_new" : "context");
+        w_json_string(w, envelope.error, strlen(envelope.error));
     }
+    if (envelope.cut) w_fmt(w, ",\"stop\":\"%s\"", envelope.cut == NEEDLE_CUT_MAX_NEW ? "max_new" : "context");
     w_fmt(w, ",\"position\":%u,\"envelope\":", needle_position() + 1u);
     needle_envelope_write(&envelope, turn_ids, put_envelope, w);
     w_str(w, "}\n");
@@ -992,8 +1009,12 @@ static void handle(writer *w, size_t len)
         answer_error(w, &r, "\"force_call\" constrains the call and \"raw\" turns the grammar off: choose one");
         return;
     }
+    if (r.has_judge && !((r.query && !r.raw) || r.results)) {
+        answer_error(w, &r, "\"min_confidence\" and \"overrides\" go with a constrained \"query\" or with \"results\"");
+        return;
+    }
     if (r.reset) {
-        if (r.has_max_new) { answer_error(w, &r, "\"reset\" goes alone (with an optional \"id\")"); return; }
+        if (r.has_max_new || r.has_judge) { answer_error(w, &r, "\"reset\" goes alone (with an optional \"id\")"); return; }
         needle_reset();
         pending = -1;
         call_open = 0;
@@ -1225,8 +1246,10 @@ static int serve_socket(const char *path)
 }
 
 int needle_serve(const char *socket_path, const char *archive_path, const char *tools_json, size_t tools_len,
-                 uint32_t max_new, uint32_t idle_timeout)
+                 uint32_t max_new, uint32_t idle_timeout, uint32_t min_confidence, int overrides)
 {
+    start_min_confidence = min_confidence;
+    start_overrides = overrides;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;

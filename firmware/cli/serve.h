@@ -33,8 +33,10 @@
  * request's "max_new", archive_path the --archive file (placement `file`: watched, the
  * service ends with status 3 when it changes on disk; NULL for a linked archive).  Call after
  * needle_boot().  Returns the exit status after printing one "needle: error: ..." line on
- * failure (1: I/O, e.g. the socket cannot be made; 3: the archive file changed). */
+ * failure (1: I/O, e.g. the socket cannot be made; 3: the archive file changed).
+ * min_confidence (parts per million) and overrides: the defaults of a request's
+ * "min_confidence" and "overrides" (needle_envelope_judge). */
 int needle_serve(const char *socket_path, const char *archive_path, const char *tools_json, size_t tools_len,
-                 uint32_t max_new, uint32_t idle_timeout);
+                 uint32_t max_new, uint32_t idle_timeout, uint32_t min_confidence, int overrides);
 
 #endif /* NEEDLE_SERVE_H */

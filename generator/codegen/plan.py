@@ -24,7 +24,7 @@ from generator.errors import CactError
 from generator.archive.format import CQ, CQ_GROUP, KV_BUDGET_BYTES, KV_CQ_GROUP, KV_INT8_GROUP_N2, \
     TERNARY, cq_geometry
 from generator.archive.reader import Archive
-from generator.model import geometry, numerics as nm
+from generator.model import calibration, geometry, numerics as nm
 from generator.model.geometry import KvLayout
 
 #: FNV-1a 64 (the boot check's hash of header, codebook and directory): offset basis and prime.
@@ -263,6 +263,7 @@ class EnginePlan:
     kv_prefetch: bool                   # decode attention prefetches the KV cache ahead
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
+    min_confidence_ppm: int             # the generation's recommended minimum call confidence
     archive_tag: int                    # the archive's first word, checked at boot
     boot_hash: int                      # FNV-1a 64 of bytes [0, boot_hash_bytes)
     boot_hash_bytes: int                # header + codebook + directory
@@ -667,6 +668,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         kv_prefetch=opts.kernels in KV_PREFETCH,
         warnings=tuple(warnings),
         generation=gen,
+        min_confidence_ppm=calibration.min_confidence_ppm(gen),
         archive_tag=h["tag"],
         boot_hash=fnv1a64(memoryview(a.data)[:a.directory_end]),
         boot_hash_bytes=a.directory_end,

@@ -28,6 +28,7 @@ import numpy as np
 from generator.archive.tokenizer import BYTE, NORMAL
 from generator.errors import CactError
 from generator.model import numerics as nm
+from generator.model.calibration import min_confidence_ppm
 from generator.tools import grammar as gm
 from generator.tools.schema import CALL_MAX_JSON   # (a module global: tests shrink it here)
 
@@ -48,6 +49,12 @@ def piece_bytes(tok) -> list:
         else:
             out.append(None)
     return out
+
+
+def piece_text(tok, i: int) -> str:
+    """A token as an override reports what the model wanted: a text piece's text (U+2581 as
+    a space), any other piece as its name (``<0x34>``, ``</tool_call>``)."""
+    return tok.id_to_piece(i).replace("\u2581", " ") if tok.piece_type(i) == NORMAL else tok.id_to_piece(i)
 
 
 class Markers:
@@ -74,20 +81,26 @@ class Decoder:
         self.list_min = g.nodes[g.root].min_bytes
         self.forced = g.force_call
         self.json = 0          # bytes of the call list written so far
+        self.made = 0          # tokens chosen so far
+        self.over_budget = []  # ids allowed() refused for the budget alone (choose: cut)
+        self.cut = False       # a better-ranked id than one chosen was refused for the budget alone
+        self.overrides = 0     # steps where the grammar refused the model's own first byte
+        self.first = None      # the first of them (envelope "override")
 
     def allowed(self) -> list:
         """(id, state after it) for every allowed id, ascending."""
         R, m = self.budget, self.m
-        out = []
+        out, over = [], self.over_budget
+        over.clear()
         if self.phase == FREE:
-            if R - 1 >= self.list_min + 2:
-                out.append((m.call_open, None))
-            if not self.forced and R - 1 >= 1 + self.list_min + 2:
+            (out if R - 1 >= self.list_min + 2 else over).append((m.call_open, None))
+            if not self.forced:
+                fits = R - 1 >= 1 + self.list_min + 2
                 bad = {m.im_start, m.im_end, m.call_close}
                 for i in range(self.n):
                     if i in bad or self.tok.piece_type(i) in (1, 2):   # UNKNOWN, CONTROL
                         continue
-                    out.append((i, None))
+                    (out if fits else over).append((i, None))
                 out.sort()
             return out
         if self.phase == CALL:
@@ -100,10 +113,11 @@ class Decoder:
                 if nxt is None:
                     continue
                 rest = gm.min_bytes(g, nxt)
-                if rest + 2 <= R - 1 and self.json + len(b) + rest <= CALL_MAX_JSON:
-                    out.append((i, nxt))
-            if gm.done(g, st) and R - 1 >= 1:
-                out.append((m.call_close, None))
+                if self.json + len(b) + rest > CALL_MAX_JSON:
+                    continue
+                (out if rest + 2 <= R - 1 else over).append((i, nxt))
+            if gm.done(g, st):
+                (out if R - 1 >= 1 else over).append((m.call_close, None))
                 out.sort(key=lambda x: x[0])
             return out
         if self.phase == CLOSE:
@@ -118,11 +132,42 @@ class Decoder:
         for i, st in allowed[1:]:
             if logits[i] > logits[best]:
                 best, best_state = i, st
+        self.cut |= any(logits[i] > logits[best] or (logits[i] == logits[best] and i < best)
+                        for i, _ in self.over_budget)
+        if self.phase == CALL:
+            want = int(np.argmax(logits[:self.n]))     # the model's own first choice
+            if want != best:
+                self.note_override(want)
         self.push(best, best_state)
         return best
 
+    def note_override(self, want: int) -> None:
+        """The grammar refused the model's first choice: an override unless its first byte is
+        one the grammar takes here (a longer token that runs past the value, ``Lagos"}``, is
+        not one; the budget's refusals are the cut's).  Twin of note_override in C."""
+        b = self.pieces[want]
+        if b and gm.feed(self.g, self.state, b[0]) is not None:
+            return
+        self.overrides += 1
+        if self.first is not None:
+            return
+        place, tool, prop = gm.where(self.g, self.state)
+        call = self.g.nodes[self.state[1][1]] if len(self.state) > 1 else None
+        args = self.g.nodes[self.state[2][1]] if prop >= 0 else None
+        self.first = {
+            "token": self.made,
+            "offset": self.json,
+            "place": gm.PLACES[place],
+            "tool": call.alts[tool][1:-1].decode("utf-8") if tool >= 0 else None,
+            "argument": args.keys[prop][1:-1].decode("utf-8") if prop >= 0 else None,
+            "wanted": piece_text(self.tok, want),
+            "allowed": gm.allowed_text(self.g, self.state),
+            "schema": gm.describe(self.g.nodes[self.state[-1][1]]) if place == gm.AT_VALUE else None,
+        }
+
     def push(self, t: int, nxt) -> None:
         self.budget -= 1
+        self.made += 1
         if self.phase == FREE:
             if t == self.m.call_open:
                 self.phase = CALL
@@ -134,6 +179,70 @@ class Decoder:
                 self.json += len(self.pieces[t])
         elif self.phase == END:
             self.phase = DONE
+
+
+# ---- the judge: may the device act on the call? (docs/grammar.md, "Acting on a call") --------
+CUT_NONE, CUT_MAX_NEW, CUT_CONTEXT = 0, 1, 2
+# error codes of the envelope (the service's 1 and 2 are the cuts)
+E_CUT_MAX_NEW, E_CUT_CONTEXT, E_LOW_CONFIDENCE, E_OVERRIDE = 1, 2, 3, 4
+OVERRIDE_MODES = ("refuse", "complete")
+REFUSING_PLACES = ("name", "key", "value")    # an override in the list's own structure is not the call's
+ERROR_MAX = 255                               # bytes of a message (the C twin's 256-byte buffer)
+
+
+def ppm_text(ppm: int) -> str:
+    """A threshold in parts per million as decimal text, trailing zeros dropped: 500000 -> 0.5."""
+    return gm._units(ppm, 10 ** 6)
+
+
+def parse_min_confidence(text: str) -> int:
+    """``--min-confidence X``: a decimal in [0, 1] with at most 6 digits after the point, in
+    parts per million.  Twin of needle_parse_confidence."""
+    import re
+    m = re.fullmatch(r"(0|1)(?:\.([0-9]{1,6}))?|\.([0-9]{1,6})", text)
+    frac = (m.group(2) or m.group(3) or "") if m else ""
+    ppm = (int(m.group(1) or 0) * 10 ** 6 + int(frac.ljust(6, "0") or 0)) if m else -1
+    if not m or ppm > 10 ** 6:
+        raise CactError(f"the minimum confidence must be a number from 0 to 1 with at most 6 decimals "
+                        f"(e.g. 0.5; 0 withholds nothing), not {text[:40]!r}")
+    return ppm
+
+
+def override_message(o: dict) -> str:
+    """Why a call was refused for an override (twin of override_message in C)."""
+    fix = "ask again within the tools' schema, or use overrides complete to take the grammar's value"
+    if o["place"] == "value":
+        what = f'"{o["argument"]}" of {o["tool"]} (the schema allows {o["schema"]})'
+    elif o["place"] == "key":
+        what = f"the arguments of {o['tool']} (no such argument, or one is missing)"
+    else:
+        what = "the tool name (the request needs a tool the list does not have)"
+        fix = "add the tool, or answer the user without a call"
+    text = f'the grammar overrode the model\'s "{o["wanted"]}" in {what}: the call was refused; {fix}'
+    return gm.utf8_cut(text.encode("utf-8"), ERROR_MAX).decode("utf-8")
+
+
+def judge(env: dict, g, min_ppm: int, mode: str, max_new: int, room: int) -> dict:
+    """Set the envelope's success, error and error_code: a call cut short by the budget, a
+    call the grammar bent (mode "refuse": an override in a tool name, an argument key or an
+    argument value) and a call below the minimum confidence are not to be acted on, in that
+    order.  The calls are kept for logging.  Twin of needle_envelope_judge."""
+    env["min_confidence"] = float(F32(min_ppm) / F32(10 ** 6))
+    o, code, why = env["override"], 0, None
+    if env["cut"] == CUT_MAX_NEW:
+        code, why = E_CUT_MAX_NEW, (f"the token budget (max_new {max_new}) ran out in the middle of the call, "
+                                    "which was cut short: raise max_new")
+    elif env["cut"] == CUT_CONTEXT:
+        code, why = E_CUT_CONTEXT, (f"the context ran out in the middle of the call ({room} tokens were free "
+                                    "for the answer), which was cut short: shorten the prompt or start a new session")
+    elif env["function_calls"] and mode == "refuse" and o is not None and o["place"] in REFUSING_PLACES:
+        code, why = E_OVERRIDE, override_message(o)
+    elif env["function_calls"] and float(env["confidence"]) * 1e6 < min_ppm:
+        code, why = E_LOW_CONFIDENCE, (f"the call's confidence {env['confidence']:.9f} is below the minimum "
+                                       f"{ppm_text(min_ppm)}: the call was withheld; confirm it with the user, "
+                                       "or lower the minimum confidence")
+    env["success"], env["error"], env["error_code"] = code == 0, why, code
+    return env
 
 
 def token_probability(logits: np.ndarray, t: int) -> np.float32:
@@ -187,8 +296,13 @@ class Session:
     --reply and of needle_call_turn called again on the same engine).  prefix: the
     firmware's prefix snapshot (Prefix), or None."""
 
-    def __init__(self, model, tok, g, prefix: Prefix | None = None, head_tokens: int = 0):
+    def __init__(self, model, tok, g, prefix: Prefix | None = None, head_tokens: int = 0,
+                 min_confidence: int | None = None, overrides: str = "refuse"):
         self.model, self.tok, self.g, self.prefix = model, tok, g, prefix
+        # the judge's settings (judge()): the threshold in parts per million (None: the
+        # generation's recommended one, as the CLI's default) and the overrides mode
+        self.min_confidence = min_confidence_ppm(model.a.generation) if min_confidence is None else min_confidence
+        self.overrides = overrides
         self.head_tokens = head_tokens     # the C engine's head_tokens=N (0: heads not built)
         self.state = model.new_state()
         self.pos = 0
@@ -202,7 +316,8 @@ class Session:
         if not prompt_ids or self.pos + len(prompt_ids) >= max_seq:
             raise CactError(f"the prompt takes {len(prompt_ids)} tokens and does not fit max_seq_len "
                             f"{max_seq} (it must be shorter): shorten the tools or the query")
-        budget = min(max_new, max_seq - self.pos - len(prompt_ids))
+        room = max_seq - self.pos - len(prompt_ids)
+        budget = min(max_new, room)
         list_min = self.g.nodes[self.g.root].min_bytes
         if list_min > CALL_MAX_JSON:
             raise CactError(f"the shortest call takes {list_min} bytes but an envelope holds "
@@ -233,6 +348,9 @@ class Session:
         self.fed += list(prompt_ids) + ids[:-1]          # the <|im_end|> chosen last is not fed
         head, router = self.head_outputs()
         env = envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
+        env["cut"] = CUT_NONE if not dec.cut else CUT_CONTEXT if room <= max_new else CUT_MAX_NEW
+        env["overrides"], env["override"] = dec.overrides, dec.first
+        judge(env, self.g, self.min_confidence, self.overrides, max_new, room)
         env["retrieved"] = self.retrieved
         env["retrieval_tokens"] = self.retrieval_tokens if self.retrieved is not None else None
         self.retrieval_tokens = 0          # a reply turn embeds nothing
@@ -256,10 +374,11 @@ class Session:
 
 
 def run_turn(model, tok, g, prompt_ids: list, max_new: int, prefix: Prefix | None = None,
-             head_tokens: int = 0) -> dict:
+             head_tokens: int = 0, min_confidence: int | None = None, overrides: str = "refuse") -> dict:
     """Prefill prompt_ids, decode one constrained turn; the envelope fields the C twin
-    prints (the timings and memory excepted).  head_tokens: the C engine's head_tokens=N."""
-    return Session(model, tok, g, prefix, head_tokens).turn(prompt_ids, max_new)
+    prints (the timings and memory excepted).  head_tokens: the C engine's head_tokens=N;
+    min_confidence (ppm) and overrides: the judge's settings (judge())."""
+    return Session(model, tok, g, prefix, head_tokens, min_confidence, overrides).turn(prompt_ids, max_new)
 
 
 def raw_turn(model, prompt_ids: list, max_new: int) -> list:

@@ -30,7 +30,7 @@ Frames (tuples; the C ``needle_gframe`` has the same fields):
 from __future__ import annotations
 
 from generator.tools import regex as rx
-from generator.tools.schema import (ARR, CALL, CALL_HEAD, CALL_MID, CALLS, INF, INT, LIT, MAX_DECIMALS,
+from generator.tools.schema import (ARR, BIG, CALL, CALL_HEAD, CALL_MID, CALLS, INF, INT, LIT, MAX_DECIMALS,
                                     MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR,
                                     number_min_extra)
 
@@ -495,3 +495,100 @@ def min_bytes(g, state: tuple) -> int:
                                for j, a in enumerate(alts) if c[3] >> j & 1)
         total += _frame_rest(g, f)
     return total
+
+
+# ---- where the matcher stands (the envelope's overrides, docs/grammar.md) --------------------
+AT_LIST, AT_NAME, AT_KEY, AT_VALUE = 0, 1, 2, 3
+PLACES = ("list", "name", "key", "value")
+
+
+def where(g, state: tuple) -> tuple:
+    """(place, tool, prop): whether the next byte goes into the call list's own structure
+    (AT_LIST), a call's tool name (AT_NAME, up to ``"arguments":``), an arguments object
+    outside its values (AT_KEY: keys, commas, braces) or an argument's value (AT_VALUE, the
+    value's last byte and what nests in it included); tool: the index of the call's tool
+    (-1 before its name is complete); prop: the index of the argument in the tool's
+    arguments object (AT_VALUE), else -1.  Twin of needle_grammar_where."""
+    if len(state) < 2:
+        return AT_LIST, -1, -1
+    call = state[1]
+    if call[2] < 2:
+        return AT_NAME, -1, -1
+    tool = call[4]
+    if call[2] == 2:
+        return AT_NAME, tool, -1
+    if call[2] != 3:
+        return AT_LIST, tool, -1
+    if len(state) == 3:
+        return AT_KEY, tool, -1
+    return AT_VALUE, tool, state[2][4]
+
+
+def _units(v: int, scale: int) -> str:
+    """An INT/NUM bound in units of 1/scale as decimal text, trailing zeros dropped."""
+    sign, v = ("-", -v) if v < 0 else ("", v)
+    whole, frac = divmod(v, scale)
+    text = str(frac).rjust(len(str(scale)) - 1, "0").rstrip("0") if scale > 1 else ""
+    return f"{sign}{whole}" + (f".{text}" if text else "")
+
+
+def describe(node) -> str:
+    """What a schema node allows, in words, for a refusal (twin of the C describe())."""
+    k = node.kind
+    if k in (INT, NUM):
+        scale = 1 if k == INT else 10 ** MAX_DECIMALS
+        what = "an integer" if k == INT else "a number"
+        lo = node.lo > -BIG
+        hi = node.hi < BIG
+        if lo and hi:
+            what += f" from {_units(node.lo, scale)} to {_units(node.hi, scale)}"
+        elif lo:
+            what += f" of at least {_units(node.lo, scale)}"
+        elif hi:
+            what += f" of at most {_units(node.hi, scale)}"
+        if node.mult != 1:
+            what += f", a multiple of {_units(node.mult, scale)}"
+        return what
+    if k == LIT:
+        text = b"one of " + b", ".join(node.alts)
+        return (text if len(text) <= 96 else utf8_cut(text, 93) + b"...").decode("utf-8")
+    if k == STR:
+        what = "a string"
+        if node.max_len >= 0:
+            what += f" of {node.min_len} to {node.max_len} characters"
+        elif node.min_len > 0:
+            what += f" of at least {node.min_len} characters"
+        return what + (" matching its pattern" if node.pattern else "")
+    return "an array" if k == ARR else "an object"
+
+
+def utf8_cut(text: bytes, n: int) -> bytes:
+    """text cut to n bytes, a character the cut would split dropped whole (the C twin's
+    bounded texts cut the same way)."""
+    if len(text) <= n:
+        return text
+    while n > 0 and text[n] & 0xC0 == 0x80:
+        n -= 1
+    return text[:n]
+
+
+def byte_text(b: int) -> str:
+    """A byte as an override reports it: printable ASCII as itself, else <0xHH>."""
+    return chr(b) if 0x21 <= b <= 0x7E else f"<0x{b:02X}>"
+
+
+def allowed_text(g, state: tuple) -> str:
+    """The bytes the grammar takes next, as runs: "1-3", "\\"", "a-z0-9"... (twin of C)."""
+    ok = [feed(g, state, b) is not None for b in range(256)]
+    out, b = [], 0
+    while b < 256:
+        if not ok[b]:
+            b += 1
+            continue
+        e = b
+        while e + 1 < 256 and ok[e + 1]:
+            e += 1
+        out.append(byte_text(b) + ("-" + byte_text(e) if e - b >= 2 else "".join(byte_text(c) for c in range(b + 1, e + 1))))
+        b = e + 1
+    text = "".join(out)
+    return text if len(text) <= 120 else text[:117] + "..."

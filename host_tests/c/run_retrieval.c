@@ -16,7 +16,7 @@ int main(int argc, char **argv)
     char err[256];
     if (argc != 3) return 2;
     if (needle_boot()) { fprintf(stderr, "%s\n", needle_error()); return 3; }
-    int made = needle_run(argv[1], (uint32_t)strtoul(argv[2], NULL, 10), 1, &none, NULL, &env, err, sizeof err);
+    int made = needle_run(argv[1], (uint32_t)strtoul(argv[2], NULL, 10), 1, 0.0f, &none, NULL, &env, err, sizeof err);
     if (made < 0) { fprintf(stderr, "%s\n", err); return 2; }
     printf("{\"function_calls\":%.*s,\"retrieved\":[", (int)env.calls_len, env.calls);
     for (uint32_t i = 0; i < env.retrieved_count; i++) printf("%s%u", i ? "," : "", env.retrieved[i]);
