@@ -47,15 +47,26 @@ def expected_output(calls: list) -> str:
 
 @pytest.fixture(scope="module")
 def twin():
+    """The reference's envelope per query, with no minimum confidence (0) and with the
+    generation's recommended one (None: what needle_run is given as NEEDLE_MIN_CONFIDENCE)."""
     a = reader.read(ARCHIVE.read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     model, text = Needle2(a, "a8"), TOOLS.read_text()
     g = compile_tools(text, force_call=True)
     out = {}
     for query, max_new in QUERIES:
-        env = run_turn(model, tok, g, render_prompt_ids(tok, text, query, plain_markers=True), max_new)
-        out[query] = env
+        for floor in (0, None):
+            ids = render_prompt_ids(tok, text, query, plain_markers=True)
+            out[query, floor] = run_turn(model, tok, g, ids, max_new, min_confidence=floor)
     return out
+
+
+def expected_stdout(env: dict) -> str:
+    """What examples/tools prints: the handlers' lines and the calls, or, for an envelope not
+    to be acted on, its reason and the calls, no handler having run."""
+    if env["error_code"]:
+        return f"not acted on (error_code {env['error_code']}): {env['error']}\nfunction_calls: {env['calls_json']}\n"
+    return expected_output(env["function_calls"]) + f"function_calls: {env['calls_json']}\n"
 
 
 @pytest.mark.parametrize("name", ["host", "rpi-zero", "watch-m4"])
@@ -74,14 +85,18 @@ def test_handlers_receive_typed_arguments(name, twin, tmp_path, board_runner):
     shipped = sdk.archive_file(board)
     archive = sdk_dir / "share" / "needle" / shipped if shipped else None
     example = board_runner(board, tmp_path / "tools", archive)
+    acted = withheld = 0
     for query, max_new in QUERIES:
-        got = example.run([query, str(max_new)], cwd=tmp_path, timeout=600, text=False,
-                          env={"NEEDLE_ARCHIVE": str(archive or "")})
-        assert got.returncode == 0, got.stdout + got.stderr
-        env = twin[query]
-        want = expected_output(env["function_calls"]) + f"function_calls: {env['calls_json']}\n"
-        assert got.stdout.decode("utf-8") == want
-        assert env["function_calls"]          # force_call: at least one call reached a handler
+        for floor in (0, None):       # MIN_CONFIDENCE 0, then the example's default
+            got = example.run([query, str(max_new)] + (["0"] if floor == 0 else []), cwd=tmp_path, timeout=600,
+                              text=False, env={"NEEDLE_ARCHIVE": str(archive or "")})
+            env = twin[query, floor]
+            assert env["function_calls"]          # force_call: at least one call
+            assert (got.returncode, got.stdout.decode("utf-8")) == (1 if env["error_code"] else 0,
+                                                                     expected_stdout(env)), got.stderr
+            acted += not env["error_code"]
+            withheld += env["error_code"] == 3
+    assert acted and withheld    # both paths ran: typed handlers, and a call below the minimum not dispatched
 
 
 def test_bindings_header_types(tmp_path):

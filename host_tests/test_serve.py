@@ -251,7 +251,8 @@ def test_tool_queries_equal_the_cli(needle):
 
 
 ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
-                 "confidence_source", "text", "prompt_tokens", "prefix_tokens", "generated_tokens", "grammar_checks")
+                 "confidence_source", "text", "prompt_tokens", "prefix_tokens", "generated_tokens", "grammar_checks",
+                 "overrides", "override", "min_confidence")
 
 
 def test_calls_and_results_equal_the_cli_reply(needle, max_seq):
@@ -275,15 +276,14 @@ def test_calls_and_results_equal_the_cli_reply(needle, max_seq):
                             request(query=QUERY, max_new=3)],             # 10 too small for a call
                    "--tools", TOOLS)
     assert [x["id"] for x in a[:2]] == ["q", "r"]
-    flags = ("success", "error", "error_code")
     for got, want in zip(a[:2], cli):
-        assert {k: got["envelope"][k] for k in ENVELOPE_KEYS if k not in flags} == \
-            {k: want[k] for k in ENVELOPE_KEYS if k not in flags}
+        assert {k: got["envelope"][k] for k in ENVELOPE_KEYS} == {k: want[k] for k in ENVELOPE_KEYS}
         # the tiny archive's random weights never close a call on their own: max_new cuts it,
-        # which the service answers ok:false (the CLI's envelope keeps success true)
+        # which both judge (error code 1) and the service answers ok:false, in its own words
         assert (got["ok"], got["envelope"]["success"], got["envelope"]["error_code"], got["stop"]) == \
             (False, False, 1, "max_new"), got
-        assert got["error"] == got["envelope"]["error"] and '"max_new" (56) ran out' in got["error"]
+        assert '"max_new" (56) ran out' in got["error"] and "and send the request again" in got["error"]
+        assert got["envelope"]["error"].startswith("the token budget (max_new 56) ran out")
     # position: every token fed, plus the <|im_end|> chosen last (fed with the next request)
     assert a[0]["position"] == cli[0]["prompt_tokens"] + cli[0]["generated_tokens"]
     assert a[1]["position"] == a[0]["position"] + cli[1]["prompt_tokens"] - 1 + cli[1]["generated_tokens"]

@@ -277,13 +277,14 @@ def _reference(name):
 
 ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",
                  "confidence_source", "confidence_head", "router", "text", "prompt_tokens", "prefix_tokens", "retrieved",
-                 "generated_tokens")
+                 "generated_tokens", "overrides", "override", "min_confidence")
 
 
 def python_envelope(model, tok, text: str, query: str, max_new: int, force: bool) -> dict:
     g = compile_tools(text, force_call=force)
     env = run_turn(model, tok, g, render_prompt_ids(tok, text, query), max_new)
     env["confidence"] = float(f"{env['confidence']:.9f}")
+    env["min_confidence"] = float(f"{env['min_confidence']:.9f}")
     return {k: env[k] for k in ENVELOPE_KEYS}
 
 

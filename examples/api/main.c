@@ -45,9 +45,11 @@ int main(int argc, char **argv)
     needle_call_options opt = { 0 };     /* the built-in tools, the default budget */
     opt.force_call = 1;                  /* this firmware must act: at least one call */
     opt.max_new = 64;
+    opt.min_confidence = NEEDLE_MIN_CONFIDENCE;   /* withhold a call the model is unsure of */
     if (needle_call(argv[2], &opt, &env, err, sizeof err)) { fprintf(stderr, "api: %s\n", err); return 2; }
     needle_call_write(&env, put, stdout);     /* or read env.calls, env.confidence, ... */
     putchar('\n');
+    if (env.error_code) return 0;        /* not to be acted on: env.error says why */
     if (argc > 3) {                      /* the caller ran the calls: their results, next turn */
         if (needle_reply(argv[3], &env, err, sizeof err)) { fprintf(stderr, "api: %s\n", err); return 2; }
         needle_call_write(&env, put, stdout);

@@ -22,7 +22,7 @@ import socket
 import subprocess
 from typing import Any, BinaryIO, Optional, Sequence
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 class NeedleError(Exception):

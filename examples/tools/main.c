@@ -3,13 +3,16 @@
  *   scons board=watch-m4 lib=1 tools=examples/tools/tools.json
  *   make -C examples/tools NEEDLE_SDK=$PWD/build/watch-m4/sdk OUT=/tmp/tools-m4
  *
- *   tools [QUERY [MAX_NEW]]
+ *   tools [QUERY [MAX_NEW [MIN_CONFIDENCE]]]
  *
  * The SDK's needle_tools.h is generated from examples/tools/tools.json: an enum of the
  * tools, one argument struct per tool with C types, and needle_run(), which answers QUERY
  * with a call list the grammar guarantees and hands each call's typed arguments to the
  * handler below (docs/grammar.md, "Typed bindings").  No JSON is parsed here.
- * Each handler prints one line; then the envelope follows.  Static buffers only. */
+ * Each handler prints one line; then the envelope follows.  A call the engine says not to act
+ * on (cut short, bent by the grammar, or below MIN_CONFIDENCE, by default the value
+ * recommended for the model: docs/grammar.md §5a) reaches no handler: its reason and the
+ * calls are printed for the log, and the exit status is 1.  Static buffers only. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +105,24 @@ int main(int argc, char **argv)
     if (needle_archive_map(archive)) { say_str("tools: "); say_str(needle_error()); say_str("\n"); return 3; }
 #endif
     if (needle_boot()) { say_str("tools: "); say_str(needle_error()); say_str("\n"); return 3; }
-    int made = needle_run(query, max_new, 1, NEEDLE_MIN_CONFIDENCE, &HANDLERS, NULL, &env, err, sizeof err);
+    float min_confidence = NEEDLE_MIN_CONFIDENCE;
+    uint32_t ppm;
+    if (argc > 3 && needle_parse_confidence(argv[3], strlen(argv[3]), &ppm)) {
+        say_str("tools: MIN_CONFIDENCE wants a number from 0 to 1 with at most 6 decimals\n");
+        return 2;
+    }
+    if (argc > 3) min_confidence = (float)ppm / 1e6f;
+    int made = needle_run(query, max_new, 1, min_confidence, &HANDLERS, NULL, &env, err, sizeof err);
+    if (made < 0 && env.error_code) {   /* answered, but not to be acted on: nothing was dispatched */
+        say_str("not acted on (error_code ");
+        say_int(env.error_code);
+        say_str("): ");
+        say_str(err);
+        say_str("\nfunction_calls: ");
+        say(env.calls, env.calls_len);
+        say_str("\n");
+        return 1;
+    }
     if (made < 0) { say_str("tools: "); say_str(err); say_str("\n"); return 2; }
     say_str("calls made: ");
     say_int(made);

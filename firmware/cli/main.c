@@ -11,8 +11,7 @@
  *          [--overrides refuse|complete]        refuse a call the grammar bent (the default), or
  *                                               complete it (docs/grammar.md, "Acting on a call")
  *          [--reply RESULTS]                    then a second turn on the same session, after the
- *                                               calls' results (JSON text): two envelopes (not after
- *                                               a first turn that is not to be acted on)
+ *                                               calls' results (JSON text): two envelopes
  *          [--raw]                              plain greedy text as the model writes it (--ids: ids)
  *          [--plain-markers]                    chat markers in the query, system and tools
  *                                               JSON encoded as plain text (docs/prompt.md)
@@ -44,8 +43,7 @@
  *
  * Every failure prints one line on stderr and exits non-zero: 2 for a usage or input error,
  * 3 when the archive (linked in, or the --archive file) is not the one the engine was
- * generated for, 4 when a --query's envelope says not to act on its calls ("success": false:
- * cut short, refused for an override, or withheld below the minimum confidence), 1 for I/O errors (including a standard output that does not take the text,
+ * generated for, 1 for I/O errors (including a standard output that does not take the text,
  * e.g. a full disk).  Each option may be given once; usage errors are found before anything
  * runs or any file is created, and an output file whose writing fails part way is removed.
  * The service answers its requests' errors on its own output and goes on (docs/serve.md).
@@ -261,8 +259,6 @@ static int generate(const char *text, size_t len, const needle_tok_span *plain, 
 
 static void out_put(void *user, const char *s, size_t n) { (void)user; hal_out(s, n); }
 
-#define NOT_TO_ACT 4   /* exit status: the envelope's "success" is false (docs/grammar.md, "Acting on a call") */
-
 /* One constrained turn (needle_call, needle_session.h) and its envelope; with --reply, the
  * next turn of the same conversation (needle_reply). */
 static int call_turn(const char *tools_name, const needle_call_options *opt, const char *query, const char *reply)
@@ -275,14 +271,11 @@ static int call_turn(const char *tools_name, const needle_call_options *opt, con
     needle_call_write(&env, out_put, NULL);
     hal_out("\n", 1);
     if (hal_out_status()) return fail_stdout();
-    if (reply && !env.error_code) {
-        if (needle_reply(reply, &env, err, sizeof err)) return hal_fail(2, "--reply: %s", err);
-        needle_call_write(&env, out_put, NULL);
-        hal_out("\n", 1);
-        if (hal_out_status()) return fail_stdout();
-    }
-    /* 4: the envelope says not to act on its calls (a script's `needle ... && act` does not) */
-    return env.error_code ? NOT_TO_ACT : 0;
+    if (!reply) return 0;   /* the envelope's "success" says whether to act on its calls */
+    if (needle_reply(reply, &env, err, sizeof err)) return hal_fail(2, "--reply: %s", err);
+    needle_call_write(&env, out_put, NULL);
+    hal_out("\n", 1);
+    return hal_out_status() ? fail_stdout() : 0;
 }
 
 #ifdef NEEDLE_TOOLS_BUILTIN
@@ -329,7 +322,7 @@ static void usage(void)
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
           "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
-          "              [--min-confidence X] [--overrides refuse|complete]   (exit 4: do not act on the calls)\n"
+          "              [--min-confidence X] [--overrides refuse|complete]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE] [--prefill K]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N] [--idle-timeout S]\n"
           "              [--min-confidence X] [--overrides refuse|complete]\n"

@@ -782,7 +782,13 @@ void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
         if (v->place == NEEDLE_AT_VALUE) { put_json_string(&o, v->schema, strlen(v->schema)); puts_(&o, "\"}"); }
     }
     puts_(&o, ",\"min_confidence\":");
-    put_prob(&o, (float)env->min_confidence_ppm / 1e6f);
+    {
+        char num[24];
+        text_buf t = { num, sizeof num, 0, 0, 0 };
+        tb_units(&t, (int64_t)env->min_confidence_ppm, 1000000u);
+        tb_end(&t);
+        puts_(&o, num);
+    }
     puts_(&o, ",\"prefill_tps\":");
     put_rate(&o, (double)(n - env->prefix_tokens), env->prefill_s);   /* the tokens fed */
     puts_(&o, ",\"decode_tps\":");

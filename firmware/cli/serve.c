@@ -921,7 +921,6 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
                  ? "send a shorter query, system text or tool list"
                  : "send {\"reset\": true} (or the query without \"continue\"), then the request again");
     }
-    if (envelope.cut) envelope.error = cut;   /* the service's words: request keys, not flags */
     envelope.retrieved_count = retrieval.n_chosen;      /* a results turn keeps its query's tools */
     envelope.retrieval_tokens = retrieval.tokens;
     memcpy(envelope.retrieved, retrieval.chosen, sizeof envelope.retrieved);
@@ -929,9 +928,10 @@ static void answer_turn(writer *w, const request *r, uint32_t *turn_ids, uint32_
     pending = (int32_t)turn_ids[n + envelope.generated_tokens - 1u];   /* <|im_end|>: chosen, fed next */
     call_open = 1;   /* also a call cut short: its (complete) call list may be answered */
     answer_start(w, r, !envelope.error_code);   /* not to be acted on: never "ok": true */
-    if (envelope.error_code) {
+    if (envelope.error_code) {   /* a cut in the service's words (request keys); the envelope is the CLI's */
+        const char *why = envelope.cut ? cut : envelope.error;
         w_str(w, ",\"error\":");
-        w_json_string(w, envelope.error, strlen(envelope.error));
+        w_json_string(w, why, strlen(why));
     }
     if (envelope.cut) w_fmt(w, ",\"stop\":\"%s\"", envelope.cut == NEEDLE_CUT_MAX_NEW ? "max_new" : "context");
     w_fmt(w, ",\"position\":%u,\"envelope\":", needle_position() + 1u);

@@ -227,7 +227,7 @@ def judge(env: dict, g, min_ppm: int, mode: str, max_new: int, room: int) -> dic
     call the grammar bent (mode "refuse": an override in a tool name, an argument key or an
     argument value) and a call below the minimum confidence are not to be acted on, in that
     order.  The calls are kept for logging.  Twin of needle_envelope_judge."""
-    env["min_confidence"] = float(F32(min_ppm) / F32(10 ** 6))
+    env["min_confidence"] = min_ppm / 10 ** 6         # written as the decimal it was given
     o, code, why = env["override"], 0, None
     if env["cut"] == CUT_MAX_NEW:
         code, why = E_CUT_MAX_NEW, (f"the token budget (max_new {max_new}) ran out in the middle of the call, "
