@@ -185,6 +185,20 @@ def test_needle_fw_runs_from_outside_the_clone_on_the_installed_files(venv, outs
     assert "python -m generator bench from a clone" in bench.stderr
 
 
+def test_every_path_the_installed_generator_reads_is_in_the_package(venv, outside):
+    """generator.paths' directories, the licence an OpenWrt package names and the headers the
+    tool bindings steer clear of, read from the installed package (not the clone)."""
+    code = ("import generator.paths as p; from generator.build import boards, package; "
+            "from generator.tools import bindings; "
+            "print([str(d) for d in (p.BOARDS_DIR, p.TEMPLATES_DIR, p.KERNELS_DIR, p.FIRMWARE_DIR, p.DATA_DIR) "
+            "if not d.is_dir()]); print(package._license()); print(len(boards.names())); "
+            "print('needle_call_e_tools' in bindings._project_names()); print(p.scons_toolpath())")
+    lines = _run([venv / "bin" / "python", "-c", code], cwd=outside).stdout.splitlines()
+    site = next((venv / "lib").glob("python3*/site-packages")).resolve()
+    assert lines == ["[]", "MIT", str(len(boards.names())), "True",
+                     str(site / "generator" / "_share" / "site_scons" / "site_tools")]
+
+
 SCONSTRUCT = """\
 from generator.paths import scons_toolpath
 env = Environment(tools=["default", "needle"], toolpath=[scons_toolpath()])
