@@ -16,4 +16,6 @@ tools/tokenizer/, all C text in templates/; they import generator, never the oth
 (host_tests/test_layers.py; README, "Layout").
 """
 
+# The one place the version is set: pyproject.toml reads it (the wheel, `pip show needle-fw`), and
+# `needle-fw --version`, the generated files, the SDK and the OpenWrt package print it.
 __version__ = "0.2.0"

@@ -396,11 +396,9 @@ def test_engine_signature_is_exactly_what_generation_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = {str(Path(f).resolve().relative_to(ROOT)) for f in proc.stdout.split()
               if Path(f).resolve().is_relative_to(ROOT / "generator")}
-    listed = {str(p.relative_to(ROOT)) for pattern in scons_tool.SIGNATURE_SOURCES
-              for p in ROOT.glob(pattern.lstrip("#")) if p.suffix == ".py"}
+    listed = {str(p.relative_to(ROOT)) for p in scons_tool.signature_files() if p.suffix == ".py"}
     assert loaded - NOT_IN_SIGNATURE == listed
-    templates = {str(p.relative_to(ROOT)) for pattern in scons_tool.SIGNATURE_SOURCES
-                 for p in ROOT.glob(pattern.lstrip("#")) if p.suffix == ".j2"}
+    templates = {str(p.relative_to(ROOT)) for p in scons_tool.signature_files() if p.suffix == ".j2"}
     assert "templates/link.ld.j2" in templates and "templates/kernels/mve.c.j2" in templates
     assert not any(t.startswith("templates/bench/") for t in templates)   # the driver is no engine input
 

@@ -39,7 +39,7 @@ import tomllib
 from pathlib import Path
 
 from generator.errors import CactError
-from generator.paths import BOARDS_DIR, KERNELS_DIR
+from generator.paths import BOARDS_DIR, CHECKOUT, KERNELS_DIR, ROOT
 from generator.tools import tables
 
 # key -> (type, required).  Bare-metal boards also need stack_bytes, max_text and
@@ -504,12 +504,27 @@ def is_gcc(board: dict, host_cc: str = "gcc") -> bool:
     return board["toolchain"] == "gnu" and compiler(board, host_cc).endswith("gcc")
 
 
+def zig_requirement() -> str:
+    """What `pip install` takes for zig cc (the router boards, libc=musl): in a clone the pinned
+    requirements-routers.txt (./setup leaves it out: 411 MB that only routers use), in an
+    installed package the range of its `routers` extra (pyproject.toml)."""
+    if CHECKOUT:
+        return f"-r {shlex.quote(str(ROOT / 'requirements-routers.txt'))}"
+    from importlib import metadata
+    try:
+        wanted = [r.split(";")[0].strip() for r in metadata.requires("needle-fw") or ()
+                  if r.startswith("ziglang") and "routers" in r]
+    except metadata.PackageNotFoundError:
+        wanted = []
+    return shlex.quote(wanted[0] if wanted else "ziglang")
+
+
 def missing_tools(board: dict, host_cc: str = "gcc", run: bool = False) -> str | None:
     """One line naming what is missing and the command that installs it, or None."""
     if board["toolchain"] == "zig":
         if importlib.util.find_spec("ziglang") is None:
-            return (f"board {board['name']} is built with zig cc: {sys.executable} -m pip install "
-                    "ziglang (or run ./setup)")
+            return (f"board {board['name']} is built with zig cc, from the Python package ziglang, which "
+                    f"is not installed: {sys.executable} -m pip install {zig_requirement()}")
     else:
         cc = compiler(board, host_cc)
         if not shutil.which(cc):

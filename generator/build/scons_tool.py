@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import SCons.Action
 import SCons.Builder
-from SCons.Script import Dir, File, Glob
+from SCons.Script import Dir, File
 
 from generator.build import boards, elfcheck, images
 from generator.codegen import pipeline
 from generator.errors import CactError
+from generator.paths import GENERATOR_DIR, TEMPLATES_DIR
 
 
 # What can change the generated code, and nothing else: the modules a generation runs (the
@@ -38,21 +40,32 @@ from generator.errors import CactError
 # compiler flags (generator/build/flags.py: SCons tracks command lines itself) and the
 # benchmark drivers and their templates (templates/bench/).  host_tests/test_boards.py
 # checks this list against what a generation really imports.
-SIGNATURE_SOURCES = ("#generator/__init__.py", "#generator/paths.py", "#generator/errors.py",
-                     "#generator/files.py",
-                     "#generator/archive/__init__.py", "#generator/archive/format.py",
-                     "#generator/archive/quant.py", "#generator/archive/reader.py",
-                     "#generator/archive/roles.py", "#generator/archive/tokenizer.py",
-                     "#generator/model/numerics.py", "#generator/model/geometry.py",
-                     "#generator/codegen/*.py", "#generator/build/__init__.py",
-                     "#generator/build/boards.py", "#generator/tools/__init__.py",
-                     "#generator/tools/tables.py",      # boards.py checks [grammar] with it
-                     "#templates/*.j2", "#templates/kernels/*.j2")
+SIGNATURE_SOURCES = ("generator/__init__.py", "generator/paths.py", "generator/errors.py",
+                     "generator/files.py",
+                     "generator/archive/__init__.py", "generator/archive/format.py",
+                     "generator/archive/quant.py", "generator/archive/reader.py",
+                     "generator/archive/roles.py", "generator/archive/tokenizer.py",
+                     "generator/model/numerics.py", "generator/model/geometry.py",
+                     "generator/codegen/*.py", "generator/build/__init__.py",
+                     "generator/build/boards.py", "generator/tools/__init__.py",
+                     "generator/tools/tables.py",      # boards.py checks [grammar] with it
+                     "templates/*.j2", "templates/kernels/*.j2")
+
+
+def signature_files() -> list[Path]:
+    """SIGNATURE_SOURCES where this generator runs from: its own package and templates, in a
+    clone or installed (generator.paths), never the SConstruct's directory, which is a user's
+    own project when the tool is loaded from an installed package (docs/install.md)."""
+    bases = {"generator": GENERATOR_DIR, "templates": TEMPLATES_DIR}
+    files = set()
+    for pattern in SIGNATURE_SOURCES:
+        top, rest = pattern.split("/", 1)
+        files.update(bases[top].glob(rest))
+    return sorted(files)
 
 
 def _generator_sources(env):
-    files = [f for pattern in SIGNATURE_SOURCES for f in Glob(pattern)]
-    return sorted(files, key=str)
+    return sorted((File(str(p)) for p in signature_files()), key=str)
 
 
 def _board(env) -> dict:

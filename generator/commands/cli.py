@@ -24,8 +24,8 @@ from generator.files import refuse_output_is_input, write_atomic
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
-        raise CactError(f"{message} (see python -m generator {self.prog.split()[-1]} --help)"
-                        if " " in self.prog else f"{message} (see python -m generator --help)")
+        # prog: the command as run ("python -m generator" or "needle-fw"), then the subcommand
+        raise CactError(f"{message} (see {self.prog} --help)")
 
 
 def cmd_inspect(args) -> int:
@@ -162,11 +162,13 @@ def cmd_eval(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None,
-         commands: Sequence[Callable[[argparse._SubParsersAction], None]] = ()) -> int:
+         commands: Sequence[Callable[[argparse._SubParsersAction], None]] = (),
+         prog: str = "python -m generator") -> int:
     """Run one command.  `commands` add subcommands of packages generator must not import
     (each is called with the subparsers and calls `add_parser`, setting `fn`): the program's
-    entry point, generator/__main__.py, passes bench's (host_tests/test_layers.py)."""
-    p = _Parser(prog="python -m generator", description="needle-fw archive toolkit")
+    entry point, generator/__main__.py, passes bench's (host_tests/test_layers.py).  `prog` is
+    the command as the user runs it: the installed console command passes "needle-fw"."""
+    p = _Parser(prog=prog, description="needle-fw archive toolkit")
     p.add_argument("--version", action="version", version=f"needle-fw generator {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
