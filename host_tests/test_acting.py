@@ -34,12 +34,15 @@ LIGHTS = {"name": "set_lights", "description": "Turn the lights in a room on or 
 FAN = {"name": "set_fan", "description": "Set the fan speed.",
        "parameters": {"type": "object", "properties": {"speed": {"type": "integer", "minimum": 0, "maximum": 3}},
                       "required": ["speed"]}}
-LISTS = {"thermostat": [THERMOSTAT], "home": [THERMOSTAT, LIGHTS, FAN],
+# the same list with each tool's own minimum confidence (our extension key, never rendered)
+OWN = [dict(THERMOSTAT, **{"x-needle-min-confidence": 0.99}), dict(LIGHTS, **{"x-needle-min-confidence": 0.1}), FAN]
+LISTS = {"thermostat": [THERMOSTAT], "home": [THERMOSTAT, LIGHTS, FAN], "own": OWN,
          "demo": json.loads((ROOT / "demo" / "tools.json").read_text())}
 CASES = [("thermostat", "heat the house to 40"), ("thermostat", "set the heating to 21 degrees"),
          ("home", "heat the house to 40 degrees"), ("home", "set the fan to 2"), ("home", "turn the heating off"),
          ("home", "turn off the kitchen lights"), ("demo", "set a timer for 10 minutes"),
-         ("demo", "What is the weather in Lagos?")]
+         ("demo", "What is the weather in Lagos?"), ("own", "set the thermostat to 21"),
+         ("own", "turn off the kitchen lights"), ("own", "turn the heating off"), ("own", "set the fan to 2")]
 JUDGED = ("type", "success", "error", "error_code", "function_calls", "confidence", "overrides", "override",
           "min_confidence")
 
@@ -53,6 +56,14 @@ def engines(tmp_path_factory, board_runner) -> dict:
         scons("board=host", f"archive={archive}", f"build={build}")
         out[name] = board_runner("host", build / "needle")
     return out
+
+
+@pytest.fixture(scope="module")
+def builtin(tmp_path_factory, board_runner, tool_files):
+    """The n2 demo's host engine with the OWN list built in (its grammar's tables in flash)."""
+    build = tmp_path_factory.mktemp("acting-builtin")
+    scons("board=host", f"archive={DEMOS['n2']}", f"build={build}", f"tools={tool_files['own']}")
+    return board_runner("host", build / "needle")
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +217,47 @@ def test_a_withheld_call_raises_in_the_python_client(engines, tool_files):
         with pytest.raises(NeedleError, match="in \"celsius\" of set_thermostat") as info:
             c.query("heat the house to 40")
         assert info.value.answer["envelope"]["function_calls"]   # kept for the log
+
+
+def test_a_tool_s_own_minimum_confidence_rules_its_calls(engines, tool_files, builtin):
+    """"x-needle-min-confidence" on a tool object: the minimum for calls of that tool (higher
+    or lower than the caller's), the largest over the tools a list calls; the same from a
+    list given at run time and from the built-in tables (tools=FILE)."""
+    thermostat = reference("n2", OWN, "set the thermostat to 21")
+    lights = reference("n2", OWN, "turn off the kitchen lights", min_confidence=999999)
+    assert thermostat["function_calls"][0]["name"] == "set_thermostat" and thermostat["min_confidence"] == 0.99
+    assert thermostat["confidence"] < 0.99 and thermostat["error_code"] == 3      # its own bar, above 0.5
+    assert (lights["function_calls"][0]["name"], lights["min_confidence"], lights["success"]) == \
+        ("set_lights", 0.1, True)                                                   # its own, below the caller's
+    for query in ("set the thermostat to 21", "turn off the kitchen lights"):
+        assert cli(builtin, tool_files["own"], query) == reference("n2", OWN, query)
+        proc = builtin.run(["--query", query], timeout=120)                         # the built-in list itself
+        env = json.loads(proc.stdout)
+        assert {k: env[k] for k in JUDGED} == reference("n2", OWN, query), query
+
+
+def test_the_extension_key_is_not_rendered(engines, tool_files):
+    """The model sees the list as it would without our keys: the same prompt ids."""
+    from generator.tools.prompt import render_prompt
+    plain = [THERMOSTAT, LIGHTS, FAN]
+    assert render_prompt(json.dumps(OWN), "hi") == render_prompt(json.dumps(plain), "hi")
+    ids = [engines["n2"].run(["--tools", str(tool_files[k]), "--query", "hi", "--ids", "--max-new", "1"],
+                             timeout=60).stdout for k in ("own", "home")]
+    assert ids[0] == ids[1] and ids[0].strip()
+
+
+@pytest.mark.parametrize("tool,message", [
+    ({"x-needle-min-confidence": "0.9"}, 'column 43: "x-needle-min-confidence" must be a number from 0 to 1'),
+    ({"x-needle-min-confidence": 1.5}, '"x-needle-min-confidence" must be a number from 0 to 1'),
+    ({"x-needle-min-confidence": 0.1234567}, "at most 6 decimals"),
+    ({"x-needle-min-conf": 0.5}, 'unknown extension key on a tool (the one there is: "x-needle-min-confidence")'),
+])
+def test_bad_tool_extensions_are_refused_like_the_twin(engines, tmp_path, tool, message):
+    from generator.tools.schema import compile_tools
+    text = json.dumps([dict({"name": "a"}, **tool)])
+    with pytest.raises(CactError) as info:
+        compile_tools(text)
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    proc = engines["n2"].run(["--tools", str(f), "--query", "hi"])
+    assert proc.returncode == 2 and proc.stderr == f"needle: error: {f}: {info.value}\n" and message in proc.stderr

@@ -45,6 +45,8 @@ static void print_tables(const needle_grammar *g)
         printf("%s[%" PRIu32 ",%" PRIu32 "]", i ? "," : "", g->range[i][0], g->range[i][1]);
     printf("],\"rest\":[");
     for (uint32_t i = 0; i < g->n_rest; i++) printf("%s%" PRIu32, i ? "," : "", g->rest[i]);
+    printf("],\"tool_ppm\":[");
+    for (uint32_t i = 0; i < g->n_tools; i++) printf("%s%" PRId32, i ? "," : "", g->tool_ppm[i]);
     printf("],\"text\":\"");
     for (size_t i = 0; i < g->text_len + 15u; i++) printf("%02x", (unsigned char)g->text[i]);
     printf("\"}");

@@ -40,6 +40,7 @@ typedef struct {
     int over_budget;        /* allowed() refused the last id for the budget alone */
     int cut;                /* a better-ranked id than one chosen was refused for the budget alone */
     uint32_t wanted;        /* the model's own first choice at the last step (choose()) */
+    uint32_t called;        /* mask of the tools the call list names */
 } call_decoder;
 
 static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
@@ -328,7 +329,11 @@ static void push(call_decoder *d, uint32_t id)
         if ((int32_t)id == d->call_open) d->phase = PH_CALL;
     } else if (d->phase == PH_CALL) {
         if ((int32_t)id == d->call_close) d->phase = PH_END;
-        else { d->st = d->next; d->json += d->next_len; }   /* allowed() left both for id */
+        else {
+            d->st = d->next;   /* allowed() left both for id */
+            d->json += d->next_len;
+            if (d->st.depth > 1 && d->st.f[1].phase >= 2) d->called |= 1u << d->st.f[1].cur;   /* a tool named */
+        }
     } else if (d->phase == PH_END) {
         d->phase = PH_DONE;
     }
@@ -493,6 +498,8 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
     env->cut = !d.cut ? NEEDLE_CUT_NONE : room <= max_new ? NEEDLE_CUT_CONTEXT : NEEDLE_CUT_MAX_NEW;
     env->max_new = max_new;
     env->room = room;
+    env->tools_called = d.called;
+    env->tool_ppm = g->tool_ppm;
     return 0;
 }
 
@@ -507,25 +514,6 @@ typedef struct {
 static void put_prob(const out_t *o, float x);
 static void put_json_string(const out_t *o, const char *text, size_t n);
 
-int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm)
-{
-    size_t i = 0;
-    uint32_t whole = 0, frac = 0, digits = 0;
-    if (i < len && (text[i] == '0' || text[i] == '1')) whole = (uint32_t)(text[i++] - '0');
-    else if (!(i < len && text[i] == '.')) return -1;
-    if (i < len) {
-        if (text[i++] != '.') return -1;
-        for (; i < len && text[i] >= '0' && text[i] <= '9' && digits < 6u; i++, digits++)
-            frac = frac * 10u + (uint32_t)(text[i] - '0');
-        if (i < len || digits == 0) return -1;
-        for (; digits < 6u; digits++) frac *= 10u;
-    }
-    uint32_t v = whole * 1000000u + frac;
-    if (v > 1000000u) return -1;
-    *ppm = v;
-    return 0;
-}
-
 int needle_parse_overrides(const char *text, size_t len, int *mode)
 {
     if (len == 6 && !memcmp(text, "refuse", 6)) { *mode = NEEDLE_OVERRIDES_REFUSE; return 0; }
@@ -538,6 +526,17 @@ void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, in
     text_buf t = { env->why, sizeof env->why, 0, 0, 0 };
     const out_t o = { tb_sink, &t };
     const needle_override *v = &env->override;
+    {   /* the largest over the tools called of each one's own minimum, else the caller's */
+        uint32_t most = 0;
+        int any = 0;
+        for (uint32_t t = 0; t < 32u; t++) {
+            if (!(env->tools_called >> t & 1u)) continue;
+            uint32_t own = env->tool_ppm && env->tool_ppm[t] >= 0 ? (uint32_t)env->tool_ppm[t] : min_confidence_ppm;
+            if (!any || own > most) most = own;
+            any = 1;
+        }
+        if (any) min_confidence_ppm = most;
+    }
     env->min_confidence_ppm = min_confidence_ppm;
     env->error_code = 0;
     env->error = NULL;

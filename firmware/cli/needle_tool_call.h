@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "needle_tool_grammar.h"
+#include "tool_prompt.h"     /* needle_parse_confidence */
 
 /* NEEDLE_CALL_MAX_JSON, the bytes of the call list an envelope keeps: needle_tool_grammar.h
  * (the compiler refuses a tool whose shortest call cannot fit it) */
@@ -62,7 +63,10 @@ typedef struct {
     uint32_t overrides;          /* steps where the grammar refused the model's first byte */
     needle_override override;    /* the first of them (overrides > 0) */
     uint32_t max_new, room;      /* the turn's budget as asked, and the tokens the context had free */
-    uint32_t min_confidence_ppm; /* the threshold needle_envelope_judge applied */
+    uint32_t tools_called;       /* mask of the tools the call list names (indices in the grammar) */
+    const int32_t *tool_ppm;     /* the grammar's per-tool minimum confidences (may be NULL) */
+    uint32_t min_confidence_ppm; /* the threshold needle_envelope_judge applied: the largest over the
+                                  * tools called of each one's own, else the caller's */
     uint32_t error_code;         /* 0 writes "success":true; else "success":false with this */
     const char *error;           /* error_code and this message (needle_envelope_judge) */
     char why[256];               /* needle_envelope_judge's message */
@@ -82,14 +86,13 @@ enum { NEEDLE_CUT_NONE, NEEDLE_CUT_MAX_NEW, NEEDLE_CUT_CONTEXT };
 enum { NEEDLE_OVERRIDES_REFUSE = 0, NEEDLE_OVERRIDES_COMPLETE = 1 };
 
 /* Decide whether a device may act on the turn: set error_code, error and success (in that
- * order: a cut call, an override with NEEDLE_OVERRIDES_REFUSE, a confidence below
- * min_confidence_ppm, in parts per million; 0 withholds nothing).  An empty call list
+ * order: a cut call, an override with NEEDLE_OVERRIDES_REFUSE, a confidence below the
+ * minimum: min_confidence_ppm, in parts per million (0 withholds nothing), or for a tool with
+ * its own "x-needle-min-confidence" that one; the largest over the tools called).  An empty call list
  * (respond) is only judged for the cut.  Twin of generator/tools/decode.py judge(). */
 void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, int overrides);
 
-/* "--min-confidence TEXT": a decimal in [0, 1] with at most 6 digits after the point ("0.5",
- * "1", ".25"), into *ppm.  0, or -1 (*ppm unchanged) for anything else. */
-int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm);
+/* (needle_parse_confidence, the text of a minimum confidence: tool_prompt.h) */
 /* "--overrides NAME": "refuse" or "complete" into *mode; 0, or -1 for another name. */
 int needle_parse_overrides(const char *text, size_t len, int *mode);
 

@@ -61,6 +61,7 @@ typedef struct {
     uint32_t range[NEEDLE_GRAMMAR_MAX_RANGES][2];
     uint32_t rest[NEEDLE_GRAMMAR_MAX_ITEMS + 64u];
     uint32_t n_node, n_ref, n_item, n_range, n_rest;
+    int32_t tool_ppm[NEEDLE_GRAMMAR_MAX_TOOLS];   /* each tool's own minimum confidence (-1: none) */
 } ng_store;
 
 static ng_store store;
@@ -1272,7 +1273,8 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
 
     /* minify with the prompt's rules: render an empty query and keep the tools span */
     needle_prompt_untrusted u;
-    int n = needle_render_prompt_ex(tools_json, len, "", NULL, work, sizeof work, err, errcap, &u);
+    int n = needle_render_prompt_thresholds(tools_json, len, "", NULL, work, sizeof work, err, errcap, &u,
+                                            g->tool_ppm, NEEDLE_GRAMMAR_MAX_TOOLS);
     if (n == NEEDLE_PROMPT_E_SPACE || (n >= 0 && u.span[0].len > NEEDLE_GRAMMAR_TEXT_MAX)) return text_too_long(&c);
     if (n < 0) return -1;
     memcpy(g->text, work + u.span[0].start, u.span[0].len);
@@ -1354,6 +1356,7 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
     c.v.n_node = g->n_node; c.v.n_ref = g->n_ref; c.v.n_item = g->n_item;
     c.v.n_range = g->n_range; c.v.n_rest = g->n_rest;
     c.v.n_tools = ntools;
+    c.v.tool_ppm = g->tool_ppm;
     *out = c.v;
     return 0;
 }

@@ -93,6 +93,8 @@ typedef struct {
     uint32_t n_node, n_ref, n_item, n_range, n_rest;
     uint32_t n_tools;
     int force_call;
+    const int32_t *tool_ppm;   /* each tool's "x-needle-min-confidence" in parts per million, -1: none
+                                * (docs/grammar.md §5a) */
 } needle_grammar;
 
 /* One open JSON value (the fields of generator/tools/grammar.py's frame tuples). */

@@ -194,7 +194,14 @@ typedef struct {
     size_t pos;
     pr_out *o;
     pr_err *e;
+    int32_t *ppm;          /* each tool's "x-needle-min-confidence", parts per million (-1: none) ... */
+    size_t ppm_cap;        /* ... for the first ppm_cap tools (ppm may be NULL) */
 } pr_json;
+
+/* Our extension on a tool object (docs/grammar.md §5a), never rendered: keys beginning with
+ * EXT_PREFIX; EXT_MIN_CONFIDENCE is the one there is.  Twin of prompt.py's. */
+#define EXT_PREFIX "\"x-needle-"
+#define EXT_MIN_CONFIDENCE "\"x-needle-min-confidence\""
 
 /* Report "tools JSON: line L, column C: msg" for input byte offset at; returns E_JSON. */
 static int pr_fail(pr_json *j, size_t at, const char *msg, const char *detail)
@@ -401,6 +408,8 @@ static int pr_json_minify(pr_json *j)
     size_t start[NEEDLE_PROMPT_MAX_DEPTH];     /* output offset of the '{' */
     size_t tools = 0;                          /* elements of the top-level array */
     int depth = 0, state = PR_VALUE, rc;
+    int ext = 0, ext_seen = 0, drop_comma = 0;  /* an extension's value being read; one in this tool */
+    size_t ext_from = 0, ext_value = 0, ext_at = 0;   /* unwrite from; its value's output and input offsets */
 
     for (;;) {
         pr_skip_ws(j);
@@ -413,13 +422,26 @@ static int pr_json_minify(pr_json *j)
         if (state == PR_AFTER) {
             uint8_t c = j->s[j->pos];
             int obj = kind[depth - 1];
+            if (ext && depth == 2) {   /* the extension's value is read: unwrite it */
+                uint32_t ppm;
+                if (!j->o->overflow) {   /* (overflowing: E_SPACE at the end) */
+                    if (needle_parse_confidence(j->o->out + ext_value, j->o->n - ext_value, &ppm))
+                        return pr_fail(j, ext_at, "\"x-needle-min-confidence\" must be a number from 0 to 1 with "
+                                                  "at most 6 decimals (e.g. 0.9)", NULL);
+                    if (j->ppm && tools - 1u < j->ppm_cap) j->ppm[tools - 1u] = (int32_t)ppm;
+                    j->o->n = ext_from;
+                }
+                ext = 0;
+            }
             if (c == ',') {
-                pr_put_byte(j->o, ',');
+                if (drop_comma && depth == 2) drop_comma = 0;
+                else pr_put_byte(j->o, ',');
                 j->pos++;
                 state = obj ? PR_KEY : PR_VALUE;
             } else if (c == (obj ? '}' : ']')) {
                 pr_put_byte(j->o, c);
                 j->pos++;
+                if (depth == 2) drop_comma = 0;
                 depth--;
             } else {
                 return pr_fail(j, j->pos, obj ? "expected ',' or '}'" : "expected ',' or ']'", NULL);
@@ -437,12 +459,26 @@ static int pr_json_minify(pr_json *j)
             if (rc) return rc;
             if (!j->o->overflow && pr_key_seen(j->o->out, start[depth - 1], k0, j->o->n))
                 return pr_fail(j, at, "duplicate key in object", NULL);
+            if (depth == 2 && !j->o->overflow && j->o->n - k0 >= sizeof EXT_PREFIX - 1u
+                && !memcmp(j->o->out + k0, EXT_PREFIX, sizeof EXT_PREFIX - 1u)) {   /* a tool's extension key */
+                if (j->o->n - k0 != sizeof EXT_MIN_CONFIDENCE - 1u
+                    || memcmp(j->o->out + k0, EXT_MIN_CONFIDENCE, sizeof EXT_MIN_CONFIDENCE - 1u))
+                    return pr_fail(j, at, "unknown extension key on a tool (the one there is: "
+                                          "\"x-needle-min-confidence\")", NULL);
+                if (ext_seen) return pr_fail(j, at, "duplicate key in object", NULL);   /* unwritten: not in out */
+                int first = j->o->out[k0 - 1u] != ',';
+                drop_comma |= first;   /* the first key: the comma after its value goes */
+                ext = ext_seen = 1;
+                ext_from = first ? k0 : k0 - 1u;
+                ext_value = j->o->n + 1u;
+            }
             pr_skip_ws(j);
             if (j->pos >= j->len) return pr_fail(j, j->pos, "unexpected end of input", NULL);
             if (j->s[j->pos] != ':') return pr_fail(j, j->pos, "expected ':'", NULL);
             pr_put_byte(j->o, ':');
             j->pos++;
             state = PR_VALUE;
+            if (ext) { pr_skip_ws(j); ext_at = j->pos; }
             continue;
         }
 
@@ -456,6 +492,8 @@ static int pr_json_minify(pr_json *j)
                 return pr_fail(j, j->pos, "the top-level value must be an array of tool objects", NULL);
             if (depth == 1) {
                 tools++;
+                ext_seen = 0;
+                if (j->ppm && tools - 1u < j->ppm_cap) j->ppm[tools - 1u] = -1;
                 if (c != '{') {
                     char num[24];
                     pr_err tmp = {num, sizeof num, 0};
@@ -493,6 +531,25 @@ static int pr_json_minify(pr_json *j)
             state = PR_AFTER;
         }
     }
+}
+
+int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm)
+{
+    size_t i = 0;
+    uint32_t whole = 0, frac = 0, digits = 0;
+    if (i < len && (text[i] == '0' || text[i] == '1')) whole = (uint32_t)(text[i++] - '0');
+    else if (!(i < len && text[i] == '.')) return -1;
+    if (i < len) {
+        if (text[i++] != '.') return -1;
+        for (; i < len && text[i] >= '0' && text[i] <= '9' && digits < 6u; i++, digits++)
+            frac = frac * 10u + (uint32_t)(text[i] - '0');
+        if (i < len || digits == 0) return -1;
+        for (; digits < 6u; digits++) frac *= 10u;
+    }
+    uint32_t v = whole * 1000000u + frac;
+    if (v > 1000000u) return -1;
+    *ppm = v;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ prompt */
@@ -556,6 +613,13 @@ const char *needle_system_facts(const char *system, const char *date, char *out,
 int needle_render_prompt_ex(const char *tools_json, size_t len, const char *query,
                             const char *system, char *out, size_t cap, char *err,
                             size_t errcap, needle_prompt_untrusted *untrusted)
+{
+    return needle_render_prompt_thresholds(tools_json, len, query, system, out, cap, err, errcap, untrusted, NULL, 0);
+}
+
+int needle_render_prompt_thresholds(const char *tools_json, size_t len, const char *query, const char *system,
+                                    char *out, size_t cap, char *err, size_t errcap,
+                                    needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap)
 {
     pr_out o;
     pr_err e;
@@ -625,6 +689,8 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
     j.pos = 0;
     j.o = &o;
     j.e = &e;
+    j.ppm = ppm;
+    j.ppm_cap = ppm_cap;
     rc = pr_json_minify(&j);
     if (rc) {
         if (out && cap > 0u) out[0] = '\0';

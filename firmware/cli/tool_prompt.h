@@ -8,6 +8,7 @@
 #define NEEDLE_TOOL_PROMPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define NEEDLE_PROMPT_E_JSON  (-1)  /* tools JSON invalid, or not an array of objects */
 #define NEEDLE_PROMPT_E_SPACE (-2)  /* out[] too small (err says how many bytes are needed) */
@@ -57,5 +58,18 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
  * needle_render_prompt as its system (system itself, or out), NULL if out is too small.
  * Twin of generator/tools/prompt.py system_facts. */
 const char *needle_system_facts(const char *system, const char *date, char *out, size_t cap);
+
+/* A minimum confidence as text (--min-confidence X, a request's "min_confidence", a tool's
+ * "x-needle-min-confidence"): a decimal in [0, 1] with at most 6 digits after the point
+ * ("0.5", "1", ".25"), into *ppm in parts per million.  0, or -1 (*ppm unchanged) for
+ * anything else.  Twin of generator/tools/prompt.py parse_ppm. */
+int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm);
+
+/* needle_render_prompt_ex, and each tool's "x-needle-min-confidence" (our extension on a tool
+ * object, never rendered; docs/grammar.md §5a) in parts per million into ppm[0..ppm_cap)
+ * (-1: the tool has none); the grammar's compiler reads them here. */
+int needle_render_prompt_thresholds(const char *tools_json, size_t len, const char *query, const char *system,
+                                    char *out, size_t cap, char *err, size_t errcap,
+                                    needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap);
 
 #endif /* NEEDLE_TOOL_PROMPT_H */

@@ -220,7 +220,7 @@ def _tools_action(target, source, env):
         g = compile_tools(text)
         if not g.tool_names:      # SConstruct refuses it first; the generator never emits `enum {}`
             raise CactError("an empty tool list: a built-in list needs at least one tool")
-        grammar = tables.compile_with(source[1].abspath, source[0].abspath, g.tools_json, _board(env))
+        grammar = tables.compile_with(source[1].abspath, source[0].abspath, g.tools_json, _board(env), g.tool_ppm)
         # retrieval (more than five tools, the embedding head built): every tool embedded now
         embeddings = retrieval.tool_embeddings(source[2].abspath, text, int(env.get("NEEDLE_HEAD_TOKENS") or 0))
         names = {"version": __version__, "source": source[0].path, "count": len(g.tool_names),

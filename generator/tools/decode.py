@@ -30,6 +30,7 @@ from generator.errors import CactError
 from generator.model import numerics as nm
 from generator.model.calibration import min_confidence_ppm
 from generator.tools import grammar as gm
+from generator.tools.prompt import parse_ppm
 from generator.tools.schema import CALL_MAX_JSON   # (a module global: tests shrink it here)
 
 FREE, CALL, CLOSE, END, DONE = 0, 1, 2, 3, 4
@@ -86,6 +87,7 @@ class Decoder:
         self.cut = False       # a better-ranked id than one chosen was refused for the budget alone
         self.overrides = 0     # steps where the grammar refused the model's own first byte
         self.first = None      # the first of them (envelope "override")
+        self.called = set()    # the tools the call list names (their own minimum confidences)
 
     def allowed(self) -> list:
         """(id, state after it) for every allowed id, ascending."""
@@ -177,6 +179,8 @@ class Decoder:
             else:
                 self.state = nxt
                 self.json += len(self.pieces[t])
+                if len(nxt) > 1 and nxt[1][2] >= 2:     # a call whose tool name is complete
+                    self.called.add(nxt[1][4])
         elif self.phase == END:
             self.phase = DONE
 
@@ -197,12 +201,9 @@ def ppm_text(ppm: int) -> str:
 
 def parse_min_confidence(text: str) -> int:
     """``--min-confidence X``: a decimal in [0, 1] with at most 6 digits after the point, in
-    parts per million.  Twin of needle_parse_confidence."""
-    import re
-    m = re.fullmatch(r"(0|1)(?:\.([0-9]{1,6}))?|\.([0-9]{1,6})", text)
-    frac = (m.group(2) or m.group(3) or "") if m else ""
-    ppm = (int(m.group(1) or 0) * 10 ** 6 + int(frac.ljust(6, "0") or 0)) if m else -1
-    if not m or ppm > 10 ** 6:
+    parts per million (prompt.parse_ppm).  Twin of needle_parse_confidence."""
+    ppm = parse_ppm(text)
+    if ppm is None:
         raise CactError(f"the minimum confidence must be a number from 0 to 1 with at most 6 decimals "
                         f"(e.g. 0.5; 0 withholds nothing), not {text[:40]!r}")
     return ppm
@@ -222,11 +223,15 @@ def override_message(o: dict) -> str:
     return gm.utf8_cut(text.encode("utf-8"), ERROR_MAX).decode("utf-8")
 
 
-def judge(env: dict, g, min_ppm: int, mode: str, max_new: int, room: int) -> dict:
+def judge(env: dict, g, min_ppm: int, mode: str, max_new: int, room: int, called=()) -> dict:
     """Set the envelope's success, error and error_code: a call cut short by the budget, a
     call the grammar bent (mode "refuse": an override in a tool name, an argument key or an
     argument value) and a call below the minimum confidence are not to be acted on, in that
-    order.  The calls are kept for logging.  Twin of needle_envelope_judge."""
+    order.  The minimum is the largest over the tools called of each one's own
+    ("x-needle-min-confidence") or else min_ppm.  The calls are kept for logging.  Twin of
+    needle_envelope_judge."""
+    own = g.tool_ppm or [-1] * len(g.tool_names)
+    min_ppm = max((own[t] if own[t] >= 0 else min_ppm for t in called), default=min_ppm)
     env["min_confidence"] = min_ppm / 10 ** 6         # written as the decimal it was given
     o, code, why = env["override"], 0, None
     if env["cut"] == CUT_MAX_NEW:
@@ -350,7 +355,7 @@ class Session:
         env = envelope(self.tok, ids, conf, len(prompt_ids), cached, head, router)
         env["cut"] = CUT_NONE if not dec.cut else CUT_CONTEXT if room <= max_new else CUT_MAX_NEW
         env["overrides"], env["override"] = dec.overrides, dec.first
-        judge(env, self.g, self.min_confidence, self.overrides, max_new, room)
+        judge(env, self.g, self.min_confidence, self.overrides, max_new, room, dec.called)
         env["retrieved"] = self.retrieved
         env["retrieval_tokens"] = self.retrieval_tokens if self.retrieved is not None else None
         self.retrieval_tokens = 0          # a reply turn embeds nothing

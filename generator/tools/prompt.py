@@ -55,12 +55,33 @@ class _Fail(Exception):
         self.message = message
 
 
+# Our extension on a tool object (docs/grammar.md §5a): the tool's own minimum confidence.
+# Keys of a tool object that begin with EXT_PREFIX are ours: never rendered into the prompt
+# (the model sees the list as the official engine renders it without them), and an unknown
+# one is refused (a typo would otherwise be silently ignored).
+EXT_PREFIX = "x-needle-"
+EXT_MIN_CONFIDENCE = "x-needle-min-confidence"
+
+
+def parse_ppm(text: str) -> int | None:
+    """A decimal in [0, 1] with at most 6 digits after the point ("0.5", "1", ".25"), in parts
+    per million; None for anything else.  Twin of needle_parse_confidence."""
+    import re
+    m = re.fullmatch(r"(0|1)(?:\.([0-9]{1,6}))?|\.([0-9]{1,6})", text)
+    if not m:
+        return None
+    frac = m.group(2) or m.group(3) or ""
+    ppm = int(m.group(1) or 0) * 10 ** 6 + int(frac.ljust(6, "0") or 0)
+    return ppm if ppm <= 10 ** 6 else None
+
+
 class _Minifier:
     def __init__(self, text: str):
         self.s = text
         self.n = len(text)
         self.pos = 0
         self.out: list[str] = []
+        self.thresholds: dict[int, int] = {}   # tool index -> its x-needle-min-confidence (ppm)
 
     def fail(self, pos: int, message: str):
         raise _Fail(pos, message)
@@ -173,6 +194,8 @@ class _Minifier:
         keys: list[set] = []      # keys seen, per open object
         tools = 0
         state = "value"
+        ext = None                # an extension key's value being read: (output mark, value position)
+        drop_comma = False        # the extension key was its object's first: drop the comma after it
         while True:
             self.skip_ws()
             if state == "after" and not kinds:
@@ -185,13 +208,27 @@ class _Minifier:
 
             if state == "after":
                 obj = kinds[-1] == "{"
+                if ext is not None and len(kinds) == 2:      # the extension's value is read: unwrite it
+                    del_from, value_from, at = ext
+                    ppm = parse_ppm("".join(self.out[value_from:]))
+                    if ppm is None:
+                        self.fail(at, f'"{EXT_MIN_CONFIDENCE}" must be a number from 0 to 1 with at most '
+                                      f'6 decimals (e.g. 0.9)')
+                    self.thresholds[tools - 1] = ppm
+                    del self.out[del_from:]
+                    ext = None
                 if c == ",":
-                    self.out.append(",")
+                    if drop_comma and len(kinds) == 2:
+                        drop_comma = False
+                    else:
+                        self.out.append(",")
                     self.pos += 1
                     state = "key" if obj else "value"
                 elif c == ("}" if obj else "]"):
                     self.out.append(c)
                     self.pos += 1
+                    if len(kinds) == 2:
+                        drop_comma = False
                     kinds.pop()
                     if obj:
                         keys.pop()
@@ -204,10 +241,17 @@ class _Minifier:
                 if c != '"':
                     self.fail(self.pos, "expected a string key or '}'" if state == "first_key"
                               else "expected a string key")
+                mark = len(self.out)
                 key = self.string()
                 if key in keys[-1]:
                     self.fail(at, "duplicate key in object")
                 keys[-1].add(key)
+                if len(kinds) == 2 and key.startswith(EXT_PREFIX):   # a tool object's extension key
+                    if key != EXT_MIN_CONFIDENCE:
+                        self.fail(at, f'unknown extension key on a tool (the one there is: "{EXT_MIN_CONFIDENCE}")')
+                    first = self.out[mark - 1] != ","
+                    drop_comma = drop_comma or first   # the first key: the comma after its value goes
+                    ext = [mark if first else mark - 1, mark + 2, None]   # unwrite from; value from; at
                 self.skip_ws()
                 if self.pos >= n:
                     self.fail(self.pos, "unexpected end of input")
@@ -216,6 +260,9 @@ class _Minifier:
                 self.out.append(":")
                 self.pos += 1
                 state = "value"
+                if ext is not None and ext[2] is None:
+                    self.skip_ws()
+                    ext[2] = self.pos
                 continue
 
             # state == "value"
@@ -263,11 +310,17 @@ class _Minifier:
 
 def minify_tools(text: str) -> str:
     """TOOLS_JSON of the tool-list text (validated; CactError with line:column if not)."""
+    return minify_tools_ext(text)[0]
+
+
+def minify_tools_ext(text: str) -> tuple[str, dict]:
+    """TOOLS_JSON (our extension keys left out) and each tool's own minimum confidence in
+    parts per million, {tool index: ppm} (twin of pr_json_minify's thresholds)."""
     if not isinstance(text, str):
         raise CactError(f"tools JSON must be a str, not {type(text).__name__}")
     m = _Minifier(text)
     try:
-        return m.run()
+        return m.run(), m.thresholds
     except _Fail as exc:
         line = text.count("\n", 0, exc.pos) + 1
         column = exc.pos - text.rfind("\n", 0, exc.pos)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from generator.tools.prompt import minify_tools
+from generator.tools.prompt import minify_tools_ext
 from generator.errors import CactError
 
 # ---- node kinds (the same numbers in tool_grammar.h) ----------------------------------
@@ -203,6 +203,7 @@ class Grammar:
     force_call: bool
     tools_json: str           # the minified list (what the prompt renders)
     tool_names: list
+    tool_ppm: list = field(default_factory=list)   # each tool's "x-needle-min-confidence" (ppm), -1: none
 
     def describe(self) -> dict:
         """Table sizes, as the C twin reports them (needle --grammar-info)."""
@@ -428,7 +429,7 @@ def _object_key_raws(obj: JVal) -> list:
 def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
     """The call grammar of a tool list (CactError naming the tool and keyword if it cannot
     be compiled)."""
-    minified = minify_tools(tools_json_text)
+    minified, thresholds = minify_tools_ext(tools_json_text)
     if len(minified.encode("utf-8", "surrogatepass")) > TEXT_MAX:
         raise CactError(f"the tool list is longer than the grammar's {TEXT_MAX} bytes once minified "
                         f"(NEEDLE_GRAMMAR_TEXT_MAX)")
@@ -474,7 +475,7 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
     call.min_bytes = (min((len(a) + comp.nodes[p].min_bytes for a, p in zip(call.alts, call.props)),
                           default=0) + len(CALL_HEAD) + len(CALL_MID) + 1)
     calls.min_bytes = 2 + (call.min_bytes if force_call else 0)
-    return Grammar(comp.nodes, 0, force_call, minified, names)
+    return Grammar(comp.nodes, 0, force_call, minified, names, [thresholds.get(i, -1) for i in range(len(names))])
 
 
 CALL_HEAD = b'{"name":'

@@ -83,9 +83,10 @@ def _fix(message: str, board: dict) -> str:
     return message
 
 
-def compile_with(program: str, tools_path: str, minified: str, board: dict) -> dict:
+def compile_with(program: str, tools_path: str, minified: str, board: dict, tool_ppm: list | None = None) -> dict:
     """Run the grammar-tables program on the tool list: {"free": tables, "force": tables or
-    None}.  The text it compiled must be `minified` (the Python twin's), byte for byte."""
+    None}.  The text it compiled must be `minified` (the Python twin's), byte for byte, and its
+    tools' own minimum confidences `tool_ppm` (when given)."""
     try:
         proc = subprocess.run([program, tools_path], capture_output=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -99,7 +100,7 @@ def compile_with(program: str, tools_path: str, minified: str, board: dict) -> d
         g = out[variant]
         if g is None:
             continue
-        if bytes.fromhex(g.pop("text")) != want:
+        if bytes.fromhex(g.pop("text")) != want or (tool_ppm is not None and g["tool_ppm"] != tool_ppm):
             raise CactError("the grammar compiler and generator/tools/schema.py minify the list differently "
                             "(a bug: please report it with the tool list)")
     if out["force"] is not None:
