@@ -435,18 +435,6 @@ def test_every_answer_equals_a_fresh_process_replay(demo, soak):
     assert not bad, f"{len(bad)} answers differ from a fresh process's:\n" + "\n".join(bad[:5])
 
 
-# the refusals that come after serve.c has set up a constrained query's grammar
-CLOSES_CALL = ("a call needs at least", "the prompt needs", "prompt too long", "unsupported keyword")
-
-
-def keeps_call_closed(r: Req, a: dict) -> bool:
-    """A constrained query refused after its tools were read: it still closes the session's last
-    call (the bug of `test_a_refused_query_leaves_the_last_call_answerable`), so the replay
-    without refused requests keeps it until that is fixed."""
-    return bool(r.fields) and isinstance(r.fields.get("query"), str) and r.fields.get("raw") is not True \
-        and refused(a) and any(w in a["error"] for w in CLOSES_CALL)
-
-
 def test_refused_requests_leave_the_session_as_it_was(demo, soak):
     """Each session replayed without its refused requests answers the rest as the soak did: a
     refused request changed nothing (docs/serve.md, "Answers": "a refused request leaves the
@@ -456,7 +444,7 @@ def test_refused_requests_leave_the_session_as_it_was(demo, soak):
     reqs, answers = soak
 
     def dropped(r: Req, a: dict) -> bool:
-        return refused(a) and not keeps_call_closed(r, a) and not (r.fields and "results" in r.fields)
+        return refused(a) and not (r.fields and "results" in r.fields)
 
     def without_refused(seg, ans):
         kept = [k for k, (r, a) in enumerate(zip(seg, ans)) if not dropped(r, a)]
@@ -515,8 +503,6 @@ FIRST_CALL = {"id": 1, "query": "What is the weather in Lagos?"}
 RESULTS_TURN = {"id": 3, "results": {"temp_c": 31}}
 
 
-@pytest.mark.xfail(strict=True, reason="serve.c (handle) sets call_open = 0 and replaces the session's grammar "
-                   "before a constrained query's own checks, so a query refused by them closes the last call")
 @pytest.mark.parametrize("refused_query, why", [
     ({"id": 2, "query": "set a timer", "max_new": 3}, "a call needs at least 5 tokens"),
     ({"id": 2, "query": "set a timer", "tools": [{"name": "x", "parameters": {"type": "object", "properties": {
@@ -528,9 +514,8 @@ def test_a_refused_query_leaves_the_last_call_answerable(demo, refused_query, wh
     """A refused request leaves the session as it was (docs/serve.md, "Answers"): after a call, a
     constrained query refused before anything ran must not stop "results" from answering that
     call, as a refused prompt, a query with an unknown key or a raw query that does not fit do
-    not.  (serve.c: `if (!r.raw) call_open = 0;` comes before needle_call_grammar, the prompt's
-    encoding and the budget checks; the grammar of the last call is replaced there too, so a
-    fix keeps it until the query is accepted.)"""
+    not.  (Found by the soak: serve.c closed the call and replaced its grammar before the
+    query's own checks; now a refused query compiles the last call's list again.)"""
     plain = replay(demo, [Req(dump(f), "") for f in (FIRST_CALL, RESULTS_TURN)])
     others = [{"id": 2, "query": "x", "colour": 1}, {"id": 2, "prompt": ""},
               {"id": 2, "query": "switch on device 3", "continue": True, "raw": True, "tools": wordy_tools(3)}]

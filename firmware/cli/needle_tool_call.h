@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "needle_tool_grammar.h"
-#include "tool_prompt.h"     /* needle_parse_confidence */
 
 /* NEEDLE_CALL_MAX_JSON, the bytes of the call list an envelope keeps: needle_tool_grammar.h
  * (the compiler refuses a tool whose shortest call cannot fit it) */
@@ -92,7 +91,8 @@ enum { NEEDLE_OVERRIDES_REFUSE = 0, NEEDLE_OVERRIDES_COMPLETE = 1 };
  * (respond) is only judged for the cut.  Twin of generator/tools/decode.py judge(). */
 void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, int overrides);
 
-/* (needle_parse_confidence, the text of a minimum confidence: tool_prompt.h) */
+/* (needle_parse_confidence, the text of a minimum confidence: tool_prompt.h, the SDK's
+ * needle_tool_prompt.h) */
 /* "--overrides NAME": "refuse" or "complete" into *mode; 0, or -1 for another name. */
 int needle_parse_overrides(const char *text, size_t len, int *mode);
 

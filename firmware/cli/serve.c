@@ -862,6 +862,33 @@ static void put_envelope(void *user, const char *s, size_t n) { w_put(user, s, n
  * <|im_end|> (needle_call_turn's own check). */
 static uint32_t call_min(void) { return 1u + needle_grammar_list_min(&grammar) + 2u; }
 
+/* The tool list of the call "results" would answer, and of the query being checked: a query
+ * refused after its grammar replaced the session's (the run-time grammar has one store) must
+ * leave that call answerable, so its list is compiled again (restore_call). */
+static char tools_a[NEEDLE_SERVE_LINE_MAX], tools_b[NEEDLE_SERVE_LINE_MAX];
+static char *call_tools = tools_a, *next_tools = tools_b;
+static size_t call_tools_len, next_tools_len;
+static int call_force, next_force;
+
+/* A constrained query refused before anything ran: the session as it was, its last call
+ * answerable again when it was (reopen). */
+static void restore_call(int reopen)
+{
+    char err[256];
+    if (reopen && !needle_call_grammar(&grammar, call_tools, call_tools_len, call_force, err, sizeof err))
+        call_open = 1;
+}
+
+/* The query is accepted: its list is the one "results" will answer. */
+static void accept_call_tools(void)
+{
+    char *t = call_tools;
+    call_tools = next_tools;
+    next_tools = t;
+    call_tools_len = next_tools_len;
+    call_force = next_force;
+}
+
 /* A request that does not fit what is free of the context, refused before anything is fed
  * (docs/serve.md, "Sessions"): `feed` tokens to feed, at least `answer` to generate, `avail`
  * of NEEDLE_MAX_SEQ free; at_start: the session would be fresh, so only a shorter request helps. */
@@ -1026,6 +1053,7 @@ static void handle(writer *w, size_t len)
 
     /* the prompt text, and the ranges of it whose chat markers are plain text */
     const int fresh = r.query && !r.cont;   /* a query starts a fresh session unless it continues */
+    int reopen = 0;                         /* a refused constrained query: the last call answerable again */
     const char *prompt_text = r.prompt;
     size_t prompt_len = r.prompt_len;
     needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
@@ -1073,9 +1101,16 @@ static void handle(writer *w, size_t len)
                          as_request_keys(err));
             return;
         }
-        if (!r.raw) call_open = 0;    /* the grammar is replaced: the last call cannot be answered now */
+        if (!r.raw) {   /* the grammar is replaced: the last call is answerable again only if this is refused */
+            reopen = call_open;
+            call_open = 0;
+            memcpy(next_tools, tools, tools_len);
+            next_tools_len = tools_len;
+            next_force = r.force_call;
+        }
         if (!r.raw && needle_call_grammar(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
             answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", as_request_keys(err));
+            restore_call(reopen);
             return;
         }
         prompt_text = prompt;
@@ -1090,11 +1125,12 @@ static void handle(writer *w, size_t len)
     if (carried) ids[base++] = (uint32_t)pending;
     else if (pos == 0) ids[base++] = NEEDLE_BOS_ID;
     int32_t n = needle_tok_encode_spans(prompt_text, prompt_len, ids + base, NEEDLE_MAX_SEQ - 2, plain, n_plain);
-    if (n == NEEDLE_TOK_E_UTF8) { answer_error(w, &r, "prompt is not valid UTF-8"); return; }
+    if (n == NEEDLE_TOK_E_UTF8) { answer_error(w, &r, "prompt is not valid UTF-8"); restore_call(reopen); return; }
     if (n < 0) {
         answer_error(w, &r, "prompt too long: it must encode to at most %u tokens (max_seq_len %u minus BOS and "
                             "one new token) and %u bytes: shorten it", NEEDLE_MAX_SEQ - 2, NEEDLE_MAX_SEQ,
                      NEEDLE_TOK_MAX_TEXT);
+        restore_call(reopen);
         return;
     }
     /* Checked before anything is fed (or a fresh query resets the session), so a refused
@@ -1104,14 +1140,19 @@ static void handle(writer *w, size_t len)
     const uint32_t least = call ? call_min() : 1u, max_new = r.has_max_new ? r.max_new : start_max_new;
     if (feed + least > avail) {   /* no room for the prompt and the shortest answer */
         answer_no_room(w, &r, "the prompt", feed, least, avail, pos == 0 && !carried);
+        restore_call(reopen);
         return;
     }
-    if (short_max_new(w, &r, least)) return;
+    if (short_max_new(w, &r, least)) { restore_call(reopen); return; }
     if (fresh) {
         needle_reset();
         pending = -1;
     }
-    if (call) { answer_turn(w, &r, ids, fed); return; }
+    if (call) {
+        accept_call_tools();
+        answer_turn(w, &r, ids, fed);
+        return;
+    }
 
     static collect c;
     needle_tok_stream_init(&c.stream);
