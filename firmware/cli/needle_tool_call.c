@@ -261,31 +261,31 @@ static void tb_byte(text_buf *t, unsigned b)
 
 /* The bytes the grammar takes in state *st, as runs ("1-3", "a-z0-9"); longer than 120
  * bytes: cut to 117 and "..." (generator/tools/grammar.py allowed_text()). */
+static needle_gstate scratch;   /* a state to try bytes on (static: the watches' stack guard is 1 KiB) */
+
 static void allowed_text(const needle_grammar *g, const needle_gstate *st, char *out)
 {
-    static needle_gstate t;
-    static char all[256 * 6 + 1];
-    uint8_t ok[256];
+    needle_gstate *t = &scratch;
+    uint32_t ok[8] = { 0 };   /* a bit per byte the grammar takes */
     for (unsigned b = 0; b < 256u; b++) {
-        t.depth = st->depth;
-        memcpy(t.f, st->f, st->depth * sizeof st->f[0]);
-        ok[b] = needle_grammar_feed(g, &t, (uint8_t)b) == 0;
+        t->depth = st->depth;
+        memcpy(t->f, st->f, st->depth * sizeof st->f[0]);
+        if (needle_grammar_feed(g, t, (uint8_t)b) == 0) ok[b >> 5] |= 1u << (b & 31u);
     }
-    text_buf a = { all, sizeof all, 0, 0, 0 };
+#define OK(b) (ok[(b) >> 5] >> ((b) & 31u) & 1u)
+    text_buf a = { out, 121u, 0, 0, 0 };   /* 120 characters kept (ASCII only): more are cut below */
     for (unsigned b = 0; b < 256u;) {
-        if (!ok[b]) { b++; continue; }
+        if (!OK(b)) { b++; continue; }
         unsigned e = b;
-        while (e + 1u < 256u && ok[e + 1u]) e++;
+        while (e + 1u < 256u && OK(e + 1u)) e++;
         tb_byte(&a, b);
         if (e - b >= 2u) { tb_str(&a, "-"); tb_byte(&a, e); }
         else for (unsigned c = b + 1u; c <= e; c++) tb_byte(&a, c);
         b = e + 1u;
     }
+#undef OK
+    if (a.cut) { a.len = 117u; a.cut = 0; a.cap = NEEDLE_OVERRIDE_TEXT; tb_str(&a, "..."); }
     tb_end(&a);
-    text_buf t2 = { out, NEEDLE_OVERRIDE_TEXT, 0, 0, 0 };
-    if (a.len <= 120u) tb_put(&t2, all, a.len);
-    else { tb_put(&t2, all, 117u); tb_str(&t2, "..."); }
-    tb_end(&t2);
 }
 
 /* The grammar refused the model's first choice `want` at the state before the chosen token:
@@ -293,12 +293,11 @@ static void allowed_text(const needle_grammar *g, const needle_gstate *st, char 
  * past the value, `Lagos"}`, is not one; the budget's refusals are the cut's). */
 static void note_override(const call_decoder *d, uint32_t want, uint32_t made, needle_envelope *env)
 {
-    static needle_gstate t;
     uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
     if (piece_bytes(want, b)) {
-        t.depth = d->st.depth;
-        memcpy(t.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
-        if (needle_grammar_feed(d->g, &t, b[0]) == 0) return;
+        scratch.depth = d->st.depth;
+        memcpy(scratch.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
+        if (needle_grammar_feed(d->g, &scratch, b[0]) == 0) return;
     }
     if (env->overrides++) return;
     const needle_grammar *g = d->g;
