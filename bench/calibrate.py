@@ -1,0 +1,353 @@
+"""How much a call's confidence is worth: precision and recall of the calls a device would
+execute, against the minimum confidence below which it withholds them (docs/calibration.md).
+
+    python -m bench.calibrate [--archive A ...] [--set heldout|novel|unseen ...] [--limit N]
+                              [--json OUT] [--markdown OUT] [--svg OUT] [--from-json IN]
+
+For each archive and each evaluation set (demo/eval/: heldout.jsonl, novel.jsonl and the
+hand-written unseen.jsonl), every example is answered once by the a8 NumPy reference with the
+call grammar on (the engines' numerics: every board is bit-identical to it), through the
+pieces of generator/commands/evaluate.py: its loader, its prompt, its exact match.  Each
+example's record keeps the predicted calls, whether they are exactly the gold calls, the
+envelope's ``confidence`` (the smallest probability of a chosen call token), whether the gold
+has a call, and the envelope's ``overrides`` where the decoder writes one (None otherwise).
+
+A prediction is **dispatched** at threshold t when it holds at least one call and its
+confidence is >= t (a tie is dispatched).  Then, per threshold (:func:`threshold_row`):
+
+* precision: exactly right dispatched / dispatched (None when nothing is dispatched),
+* recall: exactly right dispatched / examples whose gold has a call,
+* wrongly dispatched: dispatched and not exactly right (a count, and a share of all examples),
+* withheld but right: a prediction with calls, exactly right, whose confidence is < t: what
+  the threshold costs.  (An empty prediction is never dispatched, so no threshold costs it.)
+
+The recommended default (:func:`recommend`, per archive) is the smallest threshold that
+withholds as many wrong calls on the unseen tool lists as any threshold costing at most
+``--max-recall-cost`` points of held-out recall (default 5) can.
+
+``--from-json IN`` recomputes the tables, the recommendation and the plot from a previous
+``--json`` file without running the models.  The plot (``--svg``) needs matplotlib
+(``pip install -r requirements-docs.txt``); nothing else does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+from generator.commands import evaluate as ev
+from generator.errors import CactError
+from generator.files import refuse_output_is_input, write_atomic
+
+FORMAT = "needle-fw calibrate"
+FORMAT_VERSION = 1
+ARCHIVES = ("demo/needle2-demo.cact", "demo/needle3-demo.cact")
+SETS = {"heldout": "demo/eval/heldout.jsonl", "novel": "demo/eval/novel.jsonl",
+        "unseen": "demo/eval/unseen.jsonl"}
+#: every threshold the tables are computed at: 0.00, 0.01, ..., 0.99 (the recommendation
+#: searches them all; the markdown shows every fifth)
+THRESHOLDS = tuple(round(i / 100, 2) for i in range(100))
+SHOWN = tuple(round(i / 20, 2) for i in range(20))       # 0.00, 0.05, ..., 0.95
+DEFAULT_RECALL_COST = 5.0                               # points of held-out recall
+
+
+# ---- the tables (pure) ---------------------------------------------------------------------
+
+def dispatched(record: dict, t: float) -> bool:
+    """Whether a device executes the prediction at threshold t: at least one call, and a
+    confidence >= t."""
+    return bool(record["calls"]) and record["confidence"] is not None and record["confidence"] >= t
+
+
+def threshold_row(records: list[dict], t: float) -> dict:
+    """The counts and rates of one threshold over the records (each with "calls" (list or
+    None), "exact", "confidence" (float or None: the run failed) and "gold_has_call")."""
+    n = len(records)
+    positives = sum(bool(r["gold_has_call"]) for r in records)
+    sent = [r for r in records if dispatched(r, t)]
+    right = sum(bool(r["exact"]) for r in sent)
+    wrong = len(sent) - right
+    withheld_right = sum(1 for r in records if r["calls"] and r["exact"] and not dispatched(r, t))
+    return {"threshold": t, "n": n, "gold_calls": positives, "dispatched": len(sent),
+            "exact_dispatched": right,
+            "precision": right / len(sent) if sent else None,
+            "recall": right / positives if positives else None,
+            "wrongly_dispatched": wrong, "wrongly_dispatched_share": wrong / n if n else None,
+            "withheld_right": withheld_right}
+
+
+def table(records: list[dict], thresholds=THRESHOLDS) -> list[dict]:
+    """threshold_row at every threshold, in the order given."""
+    return [threshold_row(records, t) for t in thresholds]
+
+
+def row_at(rows: list[dict], t: float) -> dict:
+    """The row of threshold t (compared to the hundredth)."""
+    for row in rows:
+        if abs(row["threshold"] - t) < 1e-9:
+            return row
+    raise KeyError(t)
+
+
+def recommend(heldout_rows: list[dict], unseen_rows: list[dict],
+              max_recall_cost: float = DEFAULT_RECALL_COST) -> dict:
+    """The smallest threshold (rows in ascending order, the first at 0) whose wrongly
+    dispatched count on the unseen lists is the least among the thresholds that cost at most
+    `max_recall_cost` points of held-out recall against threshold 0."""
+    base = heldout_rows[0]["recall"]
+    if heldout_rows[0]["threshold"] != 0 or base is None:
+        raise ValueError("the held-out rows must start at threshold 0 and have gold calls")
+    best = None
+    for h, u in zip(heldout_rows, unseen_rows):
+        if h["threshold"] != u["threshold"]:
+            raise ValueError("held-out and unseen rows at different thresholds")
+        cost = 100 * (base - h["recall"])
+        if cost > max_recall_cost + 1e-9:
+            continue
+        if best is None or u["wrongly_dispatched"] < best[1]["wrongly_dispatched"]:
+            best = (h, u, cost)
+    h, u, cost = best
+    return {"threshold": h["threshold"], "max_recall_cost": max_recall_cost,
+            "heldout_recall_cost_points": cost,
+            "heldout": h, "unseen": u, "unseen_at_0": unseen_rows[0], "heldout_at_0": heldout_rows[0]}
+
+
+# ---- the runs --------------------------------------------------------------------------------
+
+def record(ex: ev.Example, env: dict | None, error: str | None, seconds: float) -> dict:
+    """One example's record from the envelope of its turn (None: the turn failed)."""
+    calls = None if env is None else env["function_calls"]
+    return {"line": ex.line, "query": ex.query, "gold": ex.calls, "gold_has_call": bool(ex.calls),
+            "calls": calls, "exact": ev.calls_equal(ex.calls, calls, ex.tools),
+            "confidence": None if env is None else float(env["confidence"]),
+            "overrides": None if env is None else env.get("overrides"),
+            "error": error, "seconds": round(seconds, 4)}
+
+
+def run_set(ref: ev.Reference, examples: list[ev.Example], max_new: int, label: str = "") -> list[dict]:
+    """Every example answered by the reference with the grammar (generator/tools/decode.py's
+    run_turn, as `needle --tools F --query Q` answers): their records."""
+    from generator.tools.decode import run_turn
+    out = []
+    for i, ex in enumerate(examples, 1):
+        start = time.perf_counter()
+        try:
+            env, error = run_turn(ref.model, ref.tok, ex.grammar, ref.prompt_ids(ex), max_new), None
+        except CactError as exc:
+            env, error = None, str(exc)
+            print(f"{label} line {ex.line}: failed: {error}", file=sys.stderr, flush=True)
+        out.append(record(ex, env, error, time.perf_counter() - start))
+        if i % 50 == 0 or i == len(examples):
+            print(f"{label}: {i}/{len(examples)}", file=sys.stderr, flush=True)
+    return out
+
+
+def measure(archives: list[str], sets: list[str], limit: int | None, max_new: int) -> list[dict]:
+    """One run per archive and set: provenance, records, seconds."""
+    runs = []
+    loaded = {name: ev.load_examples(SETS[name], limit) for name in sets}
+    for path in archives:
+        with open(path, "rb") as fh:
+            sha = hashlib.sha256(fh.read()).hexdigest()
+        a = ev._archive(path)
+        ref = ev.Reference(a, "a8")
+        for name in sets:
+            label = f"{os.path.basename(path)} {name}"
+            start = time.perf_counter()
+            records = run_set(ref, loaded[name], max_new, label)
+            seconds = time.perf_counter() - start
+            print(f"{label}: {len(records)} examples in {seconds:.0f} s", flush=True)
+            runs.append({"archive": path, "archive_sha256": sha, "generation": a.generation,
+                         "set": name, "data": SETS[name], "n": len(records), "max_new": max_new,
+                         "seconds": round(seconds, 1), "records": records})
+    return runs
+
+
+def analyse(runs: list[dict], max_recall_cost: float) -> dict:
+    """The tables of every run and, per archive with both a held-out and an unseen run, the
+    recommended threshold."""
+    for run in runs:
+        run["table"] = table(run["records"])
+    recs = {}
+    for archive in dict.fromkeys(r["archive"] for r in runs):
+        by_set = {r["set"]: r for r in runs if r["archive"] == archive}
+        if "heldout" in by_set and "unseen" in by_set:
+            recs[archive] = recommend(by_set["heldout"]["table"], by_set["unseen"]["table"], max_recall_cost)
+    return recs
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown_table(rows: list[dict], thresholds=SHOWN, mark: float | None = None) -> str:
+    """One run's rows at `thresholds` (and at `mark`, bold, if it is not among them)."""
+    shown = sorted(set(thresholds) | ({mark} if mark is not None else set()))
+    head = ("| min confidence | dispatched | precision | recall | wrongly dispatched | withheld but right |\n"
+            "|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for t in shown:
+        r = row_at(rows, t)
+        cells = [f"{t:.2f}", str(r["dispatched"]), _pct(r["precision"]),
+                 f"{_pct(r['recall'])} ({r['exact_dispatched']}/{r['gold_calls']})",
+                 f"{r['wrongly_dispatched']} ({_pct(r['wrongly_dispatched_share'])})", str(r["withheld_right"])]
+        if mark is not None and abs(t - mark) < 1e-9:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _name(archive: str) -> str:
+    return os.path.splitext(os.path.basename(archive))[0]
+
+
+def markdown(doc: dict, thresholds=SHOWN) -> str:
+    """Every run's table, and the recommendations."""
+    out = []
+    for run in doc["runs"]:
+        rec = doc["recommendations"].get(run["archive"])
+        exact = sum(r["exact"] for r in run["records"])
+        out.append(f"### {_name(run['archive'])} (Needle {run['generation']}), {run['set']} "
+                   f"({run['n']} examples, {run['n'] - run['table'][0]['gold_calls']} with the answer [], "
+                   f"exact match {exact}/{run['n']})\n")
+        out.append(markdown_table(run["table"], thresholds, rec and rec["threshold"]) + "\n")
+    for archive, rec in doc["recommendations"].items():
+        h, u, u0 = rec["heldout"], rec["unseen"], rec["unseen_at_0"]
+        out.append(f"- {_name(archive)}: minimum confidence **{rec['threshold']:.2f}**: wrongly dispatched on "
+                   f"unseen lists {u0['wrongly_dispatched']} -> {u['wrongly_dispatched']} of {u['n']}, held-out "
+                   f"recall {_pct(rec['heldout_at_0']['recall'])} -> {_pct(h['recall'])} "
+                   f"({rec['heldout_recall_cost_points']:.1f} points, at most {rec['max_recall_cost']:g})")
+    return "\n".join(out) + "\n"
+
+
+SET_STYLE = {"heldout": "held-out", "novel": "novel wordings", "unseen": "unseen tools"}
+
+
+def svg(doc: dict) -> bytes:
+    """Precision, recall and the wrongly dispatched share against the threshold: one panel
+    per archive (rows) and set (columns), the recommended threshold a dotted line."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise CactError("--svg needs matplotlib: pip install -r requirements-docs.txt") from None
+    matplotlib.use("svg")
+    import io
+    import matplotlib.pyplot as plt
+    archives = list(dict.fromkeys(r["archive"] for r in doc["runs"]))
+    sets = list(dict.fromkeys(r["set"] for r in doc["runs"]))
+    with matplotlib.rc_context({"svg.hashsalt": "needle-fw calibrate", "svg.fonttype": "none",
+                                "font.size": 9}):
+        fig, axes = plt.subplots(len(archives), len(sets), figsize=(3.3 * len(sets), 2.7 * len(archives)),
+                                 squeeze=False, sharex=True, sharey=True)
+        for i, archive in enumerate(archives):
+            for j, name in enumerate(sets):
+                ax = axes[i][j]
+                run = next((r for r in doc["runs"] if r["archive"] == archive and r["set"] == name), None)
+                if run is None:
+                    ax.set_visible(False)
+                    continue
+                ts = [r["threshold"] for r in run["table"]]
+                ax.plot(ts, [r["precision"] if r["precision"] is not None else math.nan for r in run["table"]],
+                        label="precision", color="#1f77b4")
+                ax.plot(ts, [r["recall"] for r in run["table"]], label="recall", color="#2ca02c")
+                ax.plot(ts, [r["wrongly_dispatched_share"] for r in run["table"]], label="wrongly dispatched",
+                        color="#d62728", linestyle="--")
+                rec = doc["recommendations"].get(archive)
+                if rec is not None:
+                    ax.axvline(rec["threshold"], color="#555555", linestyle=":", linewidth=1)
+                ax.set_title(f"{_name(archive)}, {SET_STYLE.get(name, name)} (n={run['n']})")
+                ax.set_xlim(0, 1)
+                ax.set_ylim(0, 1.02)
+                ax.grid(True, linewidth=0.3)
+                if i == len(archives) - 1:
+                    ax.set_xlabel("minimum confidence")
+                if j == 0:
+                    ax.set_ylabel("share")
+        axes[0][0].legend(loc="lower left", fontsize=7, frameon=True)
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    return buf.getvalue().encode("utf-8")
+
+
+def document(runs: list[dict], recs: dict) -> dict:
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "thresholds": list(THRESHOLDS),
+            "dispatched_when": "at least one call and confidence >= threshold",
+            "runs": runs, "recommendations": recs}
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a positive integer, not {text!r}")
+    return int(text)
+
+
+def _points(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        raise argparse.ArgumentTypeError(f"want points of recall between 0 and 100, not {text!r}")
+    return value
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--archive", action="append", metavar="A",
+                   help=f"an archive (repeatable; default: {' and '.join(ARCHIVES)})")
+    p.add_argument("--set", action="append", choices=list(SETS), dest="sets",
+                   help="an evaluation set of demo/eval (repeatable; default: all three)")
+    p.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples of each set")
+    p.add_argument("--max-new", type=_positive, default=ev.DEFAULT_MAX_NEW, metavar="N")
+    p.add_argument("--max-recall-cost", type=_points, default=DEFAULT_RECALL_COST, metavar="POINTS",
+                   help=f"held-out recall the recommended threshold may cost (default {DEFAULT_RECALL_COST:g})")
+    p.add_argument("--json", metavar="OUT", help="write every record, table and recommendation")
+    p.add_argument("--markdown", metavar="OUT", help="write the tables (every 0.05) as markdown")
+    p.add_argument("--svg", metavar="OUT", help="write the plot (needs matplotlib)")
+    p.add_argument("--from-json", metavar="IN", help="take the records of a previous --json run instead of running")
+    args = p.parse_args(argv)
+    try:
+        outputs = {"--json": args.json, "--markdown": args.markdown, "--svg": args.svg}
+        refuse_output_is_input(outputs, {"--from-json": args.from_json,
+                                         **{f"--archive {a}": a for a in (args.archive or ())}})
+        start = time.perf_counter()
+        if args.from_json:
+            with open(args.from_json, encoding="utf-8") as fh:
+                old = json.load(fh)
+            if old.get("format") != FORMAT:
+                raise CactError(f"{args.from_json} is not a {FORMAT} file")
+            runs = [{k: v for k, v in r.items() if k != "table"} for r in old["runs"]
+                    if (not args.archive or r["archive"] in args.archive) and (not args.sets or r["set"] in args.sets)]
+        else:
+            runs = measure(args.archive or list(ARCHIVES), args.sets or list(SETS), args.limit, args.max_new)
+        recs = analyse(runs, args.max_recall_cost)
+        doc = document(runs, recs)
+        text = markdown(doc)
+        print(text, end="")
+        if not args.from_json:
+            print(f"{sum(r['n'] for r in runs)} answers in {time.perf_counter() - start:.0f} s")
+        if args.json:
+            write_atomic(args.json, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        if args.markdown:
+            write_atomic(args.markdown, text.encode("utf-8"))
+        if args.svg:
+            write_atomic(args.svg, svg(doc))
+    except CactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
