@@ -21,9 +21,12 @@ confidence is >= t (a tie is dispatched).  Then, per threshold (:func:`threshold
 * withheld but right: a prediction with calls, exactly right, whose confidence is < t: what
   the threshold costs.  (An empty prediction is never dispatched, so no threshold costs it.)
 
-The recommended default (:func:`recommend`, per archive) is the smallest threshold that
-withholds as many wrong calls on the unseen tool lists as any threshold costing at most
-``--max-recall-cost`` points of held-out recall (default 5) can.
+The recommended default (:func:`recommend`, per archive) is the threshold with the fewest
+wrongly dispatched calls over all the sets measured (held-out, novel and unseen together)
+among those that cost at most ``--max-recall-cost`` points of held-out recall against
+threshold 0 (default 1); the smallest such threshold on a tie.  The markdown also shows the
+rule's answer for other recall costs, and a split-half check: the rule applied to the
+even-numbered examples of each set, scored on the odd-numbered ones, and the other way round.
 
 ``--from-json IN`` recomputes the tables, the recommendation and the plot from a previous
 ``--json`` file without running the models.  The plot (``--svg``) needs matplotlib
@@ -49,11 +52,13 @@ FORMAT_VERSION = 1
 ARCHIVES = ("demo/needle2-demo.cact", "demo/needle3-demo.cact")
 SETS = {"heldout": "demo/eval/heldout.jsonl", "novel": "demo/eval/novel.jsonl",
         "unseen": "demo/eval/unseen.jsonl"}
-#: every threshold the tables are computed at: 0.00, 0.01, ..., 0.99 (the recommendation
-#: searches them all; the markdown shows every fifth)
-THRESHOLDS = tuple(round(i / 100, 2) for i in range(100))
-SHOWN = tuple(round(i / 20, 2) for i in range(20))       # 0.00, 0.05, ..., 0.95
-DEFAULT_RECALL_COST = 5.0                               # points of held-out recall
+#: every threshold the tables are computed at: 0, a few tiny ones (a call on a tool list the
+#: model never saw comes with a confidence far below 0.01), then 0.01, 0.02, ..., 0.99; the
+#: recommendation searches them all
+THRESHOLDS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3) + tuple(round(i / 100, 2) for i in range(1, 100))
+SHOWN = (0.0, 1e-3) + tuple(round(i / 20, 2) for i in range(1, 20))     # and 0.05, 0.10, ..., 0.95
+DEFAULT_RECALL_COST = 1.0                               # points of held-out recall
+ALTERNATIVE_COSTS = (0.0, 1.0, 2.0, 5.0)                # the rule's answers the markdown shows too
 
 
 # ---- the tables (pure) ---------------------------------------------------------------------
@@ -94,27 +99,51 @@ def row_at(rows: list[dict], t: float) -> dict:
     raise KeyError(t)
 
 
-def recommend(heldout_rows: list[dict], unseen_rows: list[dict],
-              max_recall_cost: float = DEFAULT_RECALL_COST) -> dict:
-    """The smallest threshold (rows in ascending order, the first at 0) whose wrongly
-    dispatched count on the unseen lists is the least among the thresholds that cost at most
-    `max_recall_cost` points of held-out recall against threshold 0."""
-    base = heldout_rows[0]["recall"]
-    if heldout_rows[0]["threshold"] != 0 or base is None:
+def recommend(rows_by_set: dict[str, list[dict]], max_recall_cost: float = DEFAULT_RECALL_COST) -> dict:
+    """The threshold with the fewest wrongly dispatched calls summed over the sets (each a
+    table at the same thresholds, ascending from 0), among those whose recall on the set
+    "heldout" is at most `max_recall_cost` points below its recall at 0; the smallest on a tie."""
+    heldout = rows_by_set["heldout"]
+    base = heldout[0]["recall"]
+    if heldout[0]["threshold"] != 0 or base is None:
         raise ValueError("the held-out rows must start at threshold 0 and have gold calls")
     best = None
-    for h, u in zip(heldout_rows, unseen_rows):
-        if h["threshold"] != u["threshold"]:
-            raise ValueError("held-out and unseen rows at different thresholds")
+    for i, h in enumerate(heldout):
+        rows = {name: r[i] for name, r in rows_by_set.items()}
+        if any(r["threshold"] != h["threshold"] for r in rows.values()):
+            raise ValueError("the sets' rows are at different thresholds")
         cost = 100 * (base - h["recall"])
         if cost > max_recall_cost + 1e-9:
             continue
-        if best is None or u["wrongly_dispatched"] < best[1]["wrongly_dispatched"]:
-            best = (h, u, cost)
-    h, u, cost = best
-    return {"threshold": h["threshold"], "max_recall_cost": max_recall_cost,
+        wrong = sum(r["wrongly_dispatched"] for r in rows.values())
+        if best is None or wrong < best[0]:
+            best = (wrong, i, cost)
+    wrong, i, cost = best
+    at = {name: r[i] for name, r in rows_by_set.items()}
+    at_0 = {name: r[0] for name, r in rows_by_set.items()}
+    return {"threshold": heldout[i]["threshold"], "max_recall_cost": max_recall_cost,
             "heldout_recall_cost_points": cost,
-            "heldout": h, "unseen": u, "unseen_at_0": unseen_rows[0], "heldout_at_0": heldout_rows[0]}
+            "wrongly_dispatched": wrong,
+            "wrongly_dispatched_at_0": sum(r["wrongly_dispatched"] for r in at_0.values()),
+            "withheld_right": sum(r["withheld_right"] for r in at.values()),
+            "at": at, "at_0": at_0}
+
+
+def halves(records_by_set: dict[str, list[dict]], max_recall_cost: float) -> list[dict]:
+    """The split-half check: the rule chosen on the even-numbered (0, 2, ...) records of each
+    set and scored on the odd-numbered ones, then the other way round."""
+    out = []
+    for chosen_on, scored_on in ((0, 1), (1, 0)):
+        pick = recommend({n: table(r[chosen_on::2]) for n, r in records_by_set.items()}, max_recall_cost)
+        other = {n: table(r[scored_on::2]) for n, r in records_by_set.items()}
+        i = THRESHOLDS.index(pick["threshold"])
+        h = other["heldout"]
+        out.append({"chosen_on": ("even", "odd")[chosen_on], "threshold": pick["threshold"],
+                    "heldout_recall_cost_points": 100 * (h[0]["recall"] - h[i]["recall"]),
+                    "wrongly_dispatched_at_0": sum(t[0]["wrongly_dispatched"] for t in other.values()),
+                    "wrongly_dispatched": sum(t[i]["wrongly_dispatched"] for t in other.values()),
+                    "n": sum(t[0]["n"] for t in other.values())})
+    return out
 
 
 # ---- the runs --------------------------------------------------------------------------------
@@ -169,15 +198,21 @@ def measure(archives: list[str], sets: list[str], limit: int | None, max_new: in
 
 
 def analyse(runs: list[dict], max_recall_cost: float) -> dict:
-    """The tables of every run and, per archive with both a held-out and an unseen run, the
-    recommended threshold."""
+    """The tables of every run and, per archive with a held-out run, the recommended threshold
+    (with the alternatives of ALTERNATIVE_COSTS and the split-half check)."""
     for run in runs:
         run["table"] = table(run["records"])
     recs = {}
     for archive in dict.fromkeys(r["archive"] for r in runs):
         by_set = {r["set"]: r for r in runs if r["archive"] == archive}
-        if "heldout" in by_set and "unseen" in by_set:
-            recs[archive] = recommend(by_set["heldout"]["table"], by_set["unseen"]["table"], max_recall_cost)
+        if "heldout" not in by_set:
+            continue
+        tables = {name: r["table"] for name, r in by_set.items()}
+        rec = recommend(tables, max_recall_cost)
+        rec["sets"] = list(by_set)
+        rec["alternatives"] = [recommend(tables, c) for c in sorted(set(ALTERNATIVE_COSTS) | {max_recall_cost})]
+        rec["halves"] = halves({name: r["records"] for name, r in by_set.items()}, max_recall_cost)
+        recs[archive] = rec
     return recs
 
 
@@ -187,15 +222,19 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _t(t: float) -> str:
+    return f"{t:.2f}" if t == 0 or t >= 0.01 else f"{t:g}"
+
+
 def markdown_table(rows: list[dict], thresholds=SHOWN, mark: float | None = None) -> str:
-    """One run's rows at `thresholds` (and at `mark`, bold, if it is not among them)."""
+    """One run's rows at `thresholds` (and at `mark`, bold)."""
     shown = sorted(set(thresholds) | ({mark} if mark is not None else set()))
     head = ("| min confidence | dispatched | precision | recall | wrongly dispatched | withheld but right |\n"
             "|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for t in shown:
         r = row_at(rows, t)
-        cells = [f"{t:.2f}", str(r["dispatched"]), _pct(r["precision"]),
+        cells = [_t(t), str(r["dispatched"]), _pct(r["precision"]),
                  f"{_pct(r['recall'])} ({r['exact_dispatched']}/{r['gold_calls']})",
                  f"{r['wrongly_dispatched']} ({_pct(r['wrongly_dispatched_share'])})", str(r["withheld_right"])]
         if mark is not None and abs(t - mark) < 1e-9:
@@ -206,6 +245,34 @@ def markdown_table(rows: list[dict], thresholds=SHOWN, mark: float | None = None
 
 def _name(archive: str) -> str:
     return os.path.splitext(os.path.basename(archive))[0]
+
+
+def _points_text(x: float) -> str:
+    return f"{x:g} point" + ("" if x == 1 else "s")
+
+
+def recommendation_text(archive: str, rec: dict) -> str:
+    """The rule's answer for an archive, its alternatives and the split-half check."""
+    sets = rec["sets"]
+    out = [f"#### {_name(archive)}: minimum confidence {_t(rec['threshold'])}\n",
+           f"The fewest wrongly dispatched calls over {', '.join(sets)} for at most "
+           f"{_points_text(rec['max_recall_cost'])} of held-out recall: {rec['wrongly_dispatched_at_0']} -> "
+           f"{rec['wrongly_dispatched']} wrongly dispatched, {rec['withheld_right']} right calls withheld, "
+           f"held-out recall {_pct(rec['at_0']['heldout']['recall'])} -> {_pct(rec['at']['heldout']['recall'])}.\n",
+           "| held-out recall it may cost | threshold | held-out recall | "
+           + " | ".join(f"wrongly dispatched, {s}" for s in sets) + " | right calls withheld (all sets) |",
+           "|---:|---:|---:|" + "---:|" * len(sets) + "---:|"]
+    for alt in rec["alternatives"]:
+        out.append(f"| {_points_text(alt['max_recall_cost'])} | {_t(alt['threshold'])} | {_pct(alt['at']['heldout']['recall'])} | "
+                   + " | ".join(f"{alt['at_0'][s]['wrongly_dispatched']} -> {alt['at'][s]['wrongly_dispatched']}"
+                                for s in sets) + f" | {alt['withheld_right']} |")
+    out.append("")
+    for h in rec["halves"]:
+        other = "odd" if h["chosen_on"] == "even" else "even"
+        out.append(f"- chosen on the {h['chosen_on']}-numbered examples: {_t(h['threshold'])}; on the {other}-numbered "
+                   f"ones ({h['n']}) it cuts the wrongly dispatched calls {h['wrongly_dispatched_at_0']} -> "
+                   f"{h['wrongly_dispatched']} for {h['heldout_recall_cost_points']:.1f} points of held-out recall")
+    return "\n".join(out) + "\n"
 
 
 def markdown(doc: dict, thresholds=SHOWN) -> str:
@@ -219,20 +286,63 @@ def markdown(doc: dict, thresholds=SHOWN) -> str:
                    f"exact match {exact}/{run['n']})\n")
         out.append(markdown_table(run["table"], thresholds, rec and rec["threshold"]) + "\n")
     for archive, rec in doc["recommendations"].items():
-        h, u, u0 = rec["heldout"], rec["unseen"], rec["unseen_at_0"]
-        out.append(f"- {_name(archive)}: minimum confidence **{rec['threshold']:.2f}**: wrongly dispatched on "
-                   f"unseen lists {u0['wrongly_dispatched']} -> {u['wrongly_dispatched']} of {u['n']}, held-out "
-                   f"recall {_pct(rec['heldout_at_0']['recall'])} -> {_pct(h['recall'])} "
-                   f"({rec['heldout_recall_cost_points']:.1f} points, at most {rec['max_recall_cost']:g})")
-    return "\n".join(out) + "\n"
+        out.append(recommendation_text(archive, rec))
+    return "\n".join(out)
 
 
 SET_STYLE = {"heldout": "held-out", "novel": "novel wordings", "unseen": "unseen tools"}
 
 
-def svg(doc: dict) -> bytes:
+STYLE = {"svg.hashsalt": "needle-fw calibrate", "svg.fonttype": "none", "font.size": 9}
+
+
+def figure(doc: dict):
     """Precision, recall and the wrongly dispatched share against the threshold: one panel
-    per archive (rows) and set (columns), the recommended threshold a dotted line."""
+    per archive (rows) and set (columns), the recommended threshold a dotted line.  Call
+    inside matplotlib.rc_context(STYLE)."""
+    import matplotlib.pyplot as plt
+    archives = list(dict.fromkeys(r["archive"] for r in doc["runs"]))
+    sets = list(dict.fromkeys(r["set"] for r in doc["runs"]))
+    fig, axes = plt.subplots(len(archives), len(sets), figsize=(3.3 * len(sets), 2.7 * len(archives)),
+                             squeeze=False, sharex=True, sharey=True)
+    for i, archive in enumerate(archives):
+        for j, name in enumerate(sets):
+            ax = axes[i][j]
+            run = next((r for r in doc["runs"] if r["archive"] == archive and r["set"] == name), None)
+            if run is None:
+                ax.set_visible(False)
+                continue
+            ts = [r["threshold"] for r in run["table"]]
+            dots = {"marker": "o", "markersize": 3, "markevery": [0]}      # the values at 0
+            ax.plot(ts, [math.nan if r["precision"] is None else r["precision"] for r in run["table"]],
+                    label="precision", color="#1f77b4", **dots)
+            ax.plot(ts, [r["recall"] for r in run["table"]], label="recall", color="#2ca02c", **dots)
+            ax.plot(ts, [r["wrongly_dispatched_share"] for r in run["table"]], label="wrongly dispatched",
+                    color="#d62728", linestyle="--", **dots)
+            none = next((r["threshold"] for r in run["table"] if r["dispatched"] == 0), None)
+            if none is not None and none < 0.01:
+                ax.text(0.5, 0.55, f"no call dispatched\nat a minimum of {_t(none)} or more",
+                        ha="center", va="center", fontsize=8, color="#555555")
+            rec = doc["recommendations"].get(archive)
+            if rec is not None:
+                ax.axvline(rec["threshold"], color="#555555", linestyle=":", linewidth=1,
+                           label="recommended minimum")
+            ax.set_title(f"{_name(archive)}, {SET_STYLE.get(name, name)} (n={run['n']})")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1.02)
+            ax.grid(True, linewidth=0.3)
+            if i == len(archives) - 1:
+                ax.set_xlabel("minimum confidence")
+            if j == 0:
+                ax.set_ylabel("share")
+    handles, labels = next(ax for row in axes for ax in row if ax.get_visible()).get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * 2 / (1 + len(archives)), 1, 1))
+    return fig
+
+
+def svg(doc: dict) -> bytes:
+    """The figure as SVG text (no date: the same records give the same bytes)."""
     try:
         import matplotlib
     except ImportError:
@@ -240,38 +350,8 @@ def svg(doc: dict) -> bytes:
     matplotlib.use("svg")
     import io
     import matplotlib.pyplot as plt
-    archives = list(dict.fromkeys(r["archive"] for r in doc["runs"]))
-    sets = list(dict.fromkeys(r["set"] for r in doc["runs"]))
-    with matplotlib.rc_context({"svg.hashsalt": "needle-fw calibrate", "svg.fonttype": "none",
-                                "font.size": 9}):
-        fig, axes = plt.subplots(len(archives), len(sets), figsize=(3.3 * len(sets), 2.7 * len(archives)),
-                                 squeeze=False, sharex=True, sharey=True)
-        for i, archive in enumerate(archives):
-            for j, name in enumerate(sets):
-                ax = axes[i][j]
-                run = next((r for r in doc["runs"] if r["archive"] == archive and r["set"] == name), None)
-                if run is None:
-                    ax.set_visible(False)
-                    continue
-                ts = [r["threshold"] for r in run["table"]]
-                ax.plot(ts, [r["precision"] if r["precision"] is not None else math.nan for r in run["table"]],
-                        label="precision", color="#1f77b4")
-                ax.plot(ts, [r["recall"] for r in run["table"]], label="recall", color="#2ca02c")
-                ax.plot(ts, [r["wrongly_dispatched_share"] for r in run["table"]], label="wrongly dispatched",
-                        color="#d62728", linestyle="--")
-                rec = doc["recommendations"].get(archive)
-                if rec is not None:
-                    ax.axvline(rec["threshold"], color="#555555", linestyle=":", linewidth=1)
-                ax.set_title(f"{_name(archive)}, {SET_STYLE.get(name, name)} (n={run['n']})")
-                ax.set_xlim(0, 1)
-                ax.set_ylim(0, 1.02)
-                ax.grid(True, linewidth=0.3)
-                if i == len(archives) - 1:
-                    ax.set_xlabel("minimum confidence")
-                if j == 0:
-                    ax.set_ylabel("share")
-        axes[0][0].legend(loc="lower left", fontsize=7, frameon=True)
-        fig.tight_layout()
+    with matplotlib.rc_context(STYLE):
+        fig = figure(doc)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
@@ -302,6 +382,17 @@ def _points(text: str) -> float:
     return value
 
 
+def _thresholds(text: str) -> tuple:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = (math.nan,)
+    if not all(any(abs(v - t) < 1e-12 for t in THRESHOLDS) for v in values):
+        raise argparse.ArgumentTypeError(f"want thresholds among 0, 1e-06, 1e-05, 0.0001, 0.001, 0.01, ..., 0.99, "
+                                         f"comma-separated, not {text!r}")
+    return tuple(next(t for t in THRESHOLDS if abs(v - t) < 1e-12) for v in values)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--archive", action="append", metavar="A",
@@ -315,6 +406,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="OUT", help="write every record, table and recommendation")
     p.add_argument("--markdown", metavar="OUT", help="write the tables (every 0.05) as markdown")
     p.add_argument("--svg", metavar="OUT", help="write the plot (needs matplotlib)")
+    p.add_argument("--shown", type=_thresholds, default=SHOWN, metavar="T,T,...",
+                   help="the thresholds the markdown shows (default 0, 0.001, then every 0.05)")
     p.add_argument("--from-json", metavar="IN", help="take the records of a previous --json run instead of running")
     args = p.parse_args(argv)
     try:
@@ -323,9 +416,14 @@ def main(argv=None) -> int:
                                          **{f"--archive {a}": a for a in (args.archive or ())}})
         start = time.perf_counter()
         if args.from_json:
-            with open(args.from_json, encoding="utf-8") as fh:
-                old = json.load(fh)
-            if old.get("format") != FORMAT:
+            try:
+                with open(args.from_json, encoding="utf-8") as fh:
+                    old = json.load(fh)
+            except OSError as exc:
+                raise CactError(f"cannot read {args.from_json}: {exc.strerror}") from None
+            except ValueError as exc:
+                raise CactError(f"{args.from_json} is not JSON: {exc}") from None
+            if not isinstance(old, dict) or old.get("format") != FORMAT:
                 raise CactError(f"{args.from_json} is not a {FORMAT} file")
             runs = [{k: v for k, v in r.items() if k != "table"} for r in old["runs"]
                     if (not args.archive or r["archive"] in args.archive) and (not args.sets or r["set"] in args.sets)]
@@ -333,7 +431,7 @@ def main(argv=None) -> int:
             runs = measure(args.archive or list(ARCHIVES), args.sets or list(SETS), args.limit, args.max_new)
         recs = analyse(runs, args.max_recall_cost)
         doc = document(runs, recs)
-        text = markdown(doc)
+        text = markdown(doc, args.shown)
         print(text, end="")
         if not args.from_json:
             print(f"{sum(r['n'] for r in runs)} answers in {time.perf_counter() - start:.0f} s")

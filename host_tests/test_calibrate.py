@@ -63,30 +63,54 @@ def test_table_is_one_row_per_threshold_in_order():
     assert [r["threshold"] for r in rows] == [0.0, 0.5, 0.51]
     assert [r["dispatched"] for r in rows] == [4, 3, 1]
     assert cal.row_at(rows, 0.5)["dispatched"] == 3
-    assert cal.THRESHOLDS[:3] == (0.0, 0.01, 0.02) and cal.THRESHOLDS[-1] == 0.99 and 0.05 in cal.SHOWN
+    assert cal.THRESHOLDS[:6] == (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 0.01) and cal.THRESHOLDS[-1] == 0.99
+    assert list(cal.THRESHOLDS) == sorted(cal.THRESHOLDS) and set(cal.SHOWN) <= set(cal.THRESHOLDS)
 
 
 def test_recommend_takes_the_fewest_wrong_calls_within_the_recall_cost():
     heldout = [rec(CALL, True, c) for c in (0.3, 0.6, 0.6, 0.9)] + [rec(CALL, True, 0.95)] * 16
     unseen = [rec(CALL, False, c) for c in (0.1, 0.25, 0.4, 0.7)]
     ts = (0.0, 0.2, 0.3, 0.35, 0.45, 0.5, 0.7, 0.8)
-    h, u = cal.table(heldout, ts), cal.table(unseen, ts)
+    tables = {"heldout": cal.table(heldout, ts), "unseen": cal.table(unseen, ts)}
     # held-out recall 20/20 up to 0.3 (the tie), 19/20 (5 points) up to 0.6, 17/20 beyond;
     # wrong unseen calls 4, 3, 2, 2, 1, 1, 1 (the tie at 0.7), 0
-    best = cal.recommend(h, u, max_recall_cost=5)
-    assert best["threshold"] == 0.45 and best["unseen"]["wrongly_dispatched"] == 1   # 0.45 before 0.5
+    best = cal.recommend(tables, max_recall_cost=5)
+    assert best["threshold"] == 0.45 and best["wrongly_dispatched"] == 1       # 0.45 before 0.5
     assert best["heldout_recall_cost_points"] == pytest.approx(5.0)
-    assert best["unseen_at_0"]["wrongly_dispatched"] == 4
-    assert cal.recommend(h, u, max_recall_cost=0)["threshold"] == 0.3
-    assert cal.recommend(h, u, max_recall_cost=4.9)["threshold"] == 0.3
-    assert cal.recommend(h, u, max_recall_cost=100)["threshold"] == 0.8
+    assert best["wrongly_dispatched_at_0"] == 4 and best["withheld_right"] == 1
+    assert best["at"]["unseen"]["threshold"] == 0.45 and best["at_0"]["heldout"]["recall"] == 1.0
+    assert cal.recommend(tables, max_recall_cost=0)["threshold"] == 0.3
+    assert cal.recommend(tables, max_recall_cost=4.9)["threshold"] == 0.3
+    assert cal.recommend(tables, max_recall_cost=100)["threshold"] == 0.8
+
+
+def test_recommend_sums_the_wrong_calls_of_every_set():
+    heldout = [rec(CALL, True, 0.9)] * 10 + [rec(CALL, False, 0.35)]
+    novel = [rec(CALL, False, 0.15)] * 3
+    ts = (0.0, 0.1, 0.2, 0.4)
+    tables = {"heldout": cal.table(heldout, ts), "novel": cal.table(novel, ts)}
+    # wrong: 4, 4, 1, 0 -- no held-out recall is lost anywhere, so the least (0) wins
+    best = cal.recommend(tables, max_recall_cost=0)
+    assert (best["threshold"], best["wrongly_dispatched"], best["wrongly_dispatched_at_0"]) == (0.4, 0, 4)
+
+
+def test_halves_choose_on_one_half_and_score_on_the_other():
+    heldout = [rec(CALL, True, 0.9), rec(CALL, True, 0.9), rec(CALL, False, 0.3), rec(CALL, False, 0.5)]
+    [even, odd] = cal.halves({"heldout": heldout}, max_recall_cost=0)
+    # even half: 0.9 right, 0.3 wrong -> the least wrong at 0.31; odd half: 0.9 right, 0.5 wrong -> 0.51
+    assert (even["chosen_on"], even["threshold"]) == ("even", 0.31)
+    assert (even["wrongly_dispatched_at_0"], even["wrongly_dispatched"], even["n"]) == (1, 1, 2)  # 0.5 still goes
+    assert (odd["chosen_on"], odd["threshold"]) == ("odd", 0.51)
+    assert (odd["wrongly_dispatched_at_0"], odd["wrongly_dispatched"]) == (1, 0)
+    assert even["heldout_recall_cost_points"] == odd["heldout_recall_cost_points"] == 0
 
 
 def test_markdown_marks_the_recommended_threshold():
     rows = cal.table(RECORDS, cal.THRESHOLDS)
-    text = cal.markdown_table(rows, (0.0, 0.5), mark=0.37)
+    text = cal.markdown_table(rows, (0.0, 1e-3, 0.5), mark=0.37)
     lines = text.splitlines()
-    assert len(lines) == 5 and lines[3].startswith("| **0.37** |")
+    assert len(lines) == 6 and lines[3] == "| 0.001 | 4 | 50.0% | 40.0% (2/5) | 2 (33.3%) | 0 |"
+    assert lines[4].startswith("| **0.37** |")
     assert "| 0.50 | 3 | 66.7% | 40.0% (2/5) | 1 (16.7%) | 0 |" in lines
 
 
@@ -131,3 +155,32 @@ def test_unseen_prompts_leave_room_for_the_answer(unseen):
 def test_unseen_lines_are_in_the_committed_key_order():
     for line in (ROOT / cal.SETS["unseen"]).read_text(encoding="utf-8").splitlines():
         assert list(json.loads(line)) == ["tools", "query", "calls"]
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+def test_command_runs_the_reference_and_rereads_its_json(tmp_path, capsys):
+    """Two examples of two sets on the Needle 2 demo, then the same tables from its --json."""
+    out, md = tmp_path / "c.json", tmp_path / "c.md"
+    archive = str(ROOT / "demo" / "needle2-demo.cact")
+    assert cal.main(["--archive", archive, "--set", "heldout", "--set", "unseen", "--limit", "2",
+                     "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["format"] == cal.FORMAT and [(r["set"], r["n"]) for r in doc["runs"]] == [("heldout", 2), ("unseen", 2)]
+    first = doc["runs"][0]["records"][0]
+    assert set(first) >= {"calls", "exact", "confidence", "gold_has_call", "overrides"}
+    assert 0 <= first["confidence"] <= 1 and first["gold_has_call"] is True
+    assert [r["threshold"] for r in doc["runs"][0]["table"]] == list(cal.THRESHOLDS)
+    assert doc["recommendations"][archive]["sets"] == ["heldout", "unseen"]
+    capsys.readouterr()
+    assert cal.main(["--from-json", str(out), "--markdown", str(md), "--shown", "0,0.5"]) == 0
+    text = md.read_text()
+    assert text == capsys.readouterr().out
+    assert "### needle2-demo (Needle 2), unseen (2 examples" in text and "#### needle2-demo: minimum confidence" in text
+
+
+def test_command_refuses_to_overwrite_its_input(tmp_path, capsys):
+    doc = tmp_path / "c.json"
+    doc.write_text("{}")
+    assert cal.main(["--from-json", str(doc), "--json", str(doc)]) == 2
+    assert "error:" in capsys.readouterr().err
