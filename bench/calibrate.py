@@ -1,11 +1,13 @@
 """How much a call's confidence is worth: precision and recall of the calls a device would
 execute, against the minimum confidence below which it withholds them (docs/calibration.md).
 
-    python -m bench.calibrate [--archive A ...] [--set heldout|novel|unseen ...] [--limit N]
-                              [--json OUT] [--markdown OUT] [--svg OUT] [--from-json IN]
+    python -m bench.calibrate [--archive A ...] [--set heldout|novel|unseen|FILE.jsonl ...]
+                              [--limit N] [--json OUT] [--markdown OUT] [--svg OUT]
+                              [--shown T,T,...] [--max-recall-cost POINTS] [--from-json IN]
 
 For each archive and each evaluation set (demo/eval/: heldout.jsonl, novel.jsonl and the
-hand-written unseen.jsonl), every example is answered once by the a8 NumPy reference with the
+hand-written unseen.jsonl; or a file of your own in their format, named by its stem), every
+example is answered once by the a8 NumPy reference with the
 call grammar on (the engines' numerics: every board is bit-identical to it), through the
 pieces of generator/commands/evaluate.py: its loader, its prompt, its exact match.  Each
 example's record keeps the predicted calls, whether they are exactly the gold calls, the
@@ -24,7 +26,8 @@ confidence is >= t (a tie is dispatched).  Then, per threshold (:func:`threshold
 The recommended default (:func:`recommend`, per archive) is the threshold with the fewest
 wrongly dispatched calls over all the sets measured (held-out, novel and unseen together)
 among those that cost at most ``--max-recall-cost`` points of held-out recall against
-threshold 0 (default 1); the smallest such threshold on a tie.  The markdown also shows the
+threshold 0 (default 1); the smallest such threshold on a tie.  Without a set named
+heldout, the recall is the first set's.  The markdown also shows the
 rule's answer for other recall costs, and a split-half check: the rule applied to the
 even-numbered examples of each set, scored on the odd-numbered ones, and the other way round.
 
@@ -99,14 +102,24 @@ def row_at(rows: list[dict], t: float) -> dict:
     raise KeyError(t)
 
 
+def anchor_of(names) -> str:
+    """The set whose recall the recommendation may cost: "heldout" if measured, else the first."""
+    names = list(names)
+    return "heldout" if "heldout" in names else names[0]
+
+
 def recommend(rows_by_set: dict[str, list[dict]], max_recall_cost: float = DEFAULT_RECALL_COST) -> dict:
     """The threshold with the fewest wrongly dispatched calls summed over the sets (each a
-    table at the same thresholds, ascending from 0), among those whose recall on the set
-    "heldout" is at most `max_recall_cost` points below its recall at 0; the smallest on a tie."""
-    heldout = rows_by_set["heldout"]
+    table at the same thresholds, ascending from 0), among those whose recall on the anchor
+    set (anchor_of) is at most `max_recall_cost` points below its recall at 0; the smallest
+    on a tie."""
+    anchor = anchor_of(rows_by_set)
+    heldout = rows_by_set[anchor]
     base = heldout[0]["recall"]
-    if heldout[0]["threshold"] != 0 or base is None:
-        raise ValueError("the held-out rows must start at threshold 0 and have gold calls")
+    if heldout[0]["threshold"] != 0:
+        raise ValueError("the rows must start at threshold 0")
+    if base is None:
+        raise CactError(f"the set {anchor} has no example whose answer is a call: its recall is undefined")
     best = None
     for i, h in enumerate(heldout):
         rows = {name: r[i] for name, r in rows_by_set.items()}
@@ -121,8 +134,8 @@ def recommend(rows_by_set: dict[str, list[dict]], max_recall_cost: float = DEFAU
     wrong, i, cost = best
     at = {name: r[i] for name, r in rows_by_set.items()}
     at_0 = {name: r[0] for name, r in rows_by_set.items()}
-    return {"threshold": heldout[i]["threshold"], "max_recall_cost": max_recall_cost,
-            "heldout_recall_cost_points": cost,
+    return {"threshold": heldout[i]["threshold"], "anchor": anchor, "max_recall_cost": max_recall_cost,
+            "recall_cost_points": cost,
             "wrongly_dispatched": wrong,
             "wrongly_dispatched_at_0": sum(r["wrongly_dispatched"] for r in at_0.values()),
             "withheld_right": sum(r["withheld_right"] for r in at.values()),
@@ -133,13 +146,16 @@ def halves(records_by_set: dict[str, list[dict]], max_recall_cost: float) -> lis
     """The split-half check: the rule chosen on the even-numbered (0, 2, ...) records of each
     set and scored on the odd-numbered ones, then the other way round."""
     out = []
+    anchor = records_by_set[anchor_of(records_by_set)]
+    if not all(any(r["gold_has_call"] for r in anchor[k::2]) for k in (0, 1)):
+        return out            # a half without a call to make: nothing to check
     for chosen_on, scored_on in ((0, 1), (1, 0)):
         pick = recommend({n: table(r[chosen_on::2]) for n, r in records_by_set.items()}, max_recall_cost)
         other = {n: table(r[scored_on::2]) for n, r in records_by_set.items()}
         i = THRESHOLDS.index(pick["threshold"])
-        h = other["heldout"]
+        h = other[anchor_of(other)]
         out.append({"chosen_on": ("even", "odd")[chosen_on], "threshold": pick["threshold"],
-                    "heldout_recall_cost_points": 100 * (h[0]["recall"] - h[i]["recall"]),
+                    "recall_cost_points": 100 * (h[0]["recall"] - h[i]["recall"]),
                     "wrongly_dispatched_at_0": sum(t[0]["wrongly_dispatched"] for t in other.values()),
                     "wrongly_dispatched": sum(t[i]["wrongly_dispatched"] for t in other.values()),
                     "n": sum(t[0]["n"] for t in other.values())})
@@ -176,37 +192,36 @@ def run_set(ref: ev.Reference, examples: list[ev.Example], max_new: int, label: 
     return out
 
 
-def measure(archives: list[str], sets: list[str], limit: int | None, max_new: int) -> list[dict]:
-    """One run per archive and set: provenance, records, seconds."""
+def measure(archives: list[str], sets: list[tuple[str, str]], limit: int | None, max_new: int) -> list[dict]:
+    """One run per archive and set ((name, JSON-lines path) pairs): provenance, records, seconds."""
     runs = []
-    loaded = {name: ev.load_examples(SETS[name], limit) for name in sets}
+    paths = dict(sets)
+    loaded = {name: ev.load_examples(path, limit) for name, path in sets}
     for path in archives:
         with open(path, "rb") as fh:
             sha = hashlib.sha256(fh.read()).hexdigest()
         a = ev._archive(path)
         ref = ev.Reference(a, "a8")
-        for name in sets:
+        for name in paths:
             label = f"{os.path.basename(path)} {name}"
             start = time.perf_counter()
             records = run_set(ref, loaded[name], max_new, label)
             seconds = time.perf_counter() - start
             print(f"{label}: {len(records)} examples in {seconds:.0f} s", flush=True)
             runs.append({"archive": path, "archive_sha256": sha, "generation": a.generation,
-                         "set": name, "data": SETS[name], "n": len(records), "max_new": max_new,
+                         "set": name, "data": paths[name], "n": len(records), "max_new": max_new,
                          "seconds": round(seconds, 1), "records": records})
     return runs
 
 
 def analyse(runs: list[dict], max_recall_cost: float) -> dict:
-    """The tables of every run and, per archive with a held-out run, the recommended threshold
-    (with the alternatives of ALTERNATIVE_COSTS and the split-half check)."""
+    """The tables of every run and, per archive, the recommended threshold (with the
+    alternatives of ALTERNATIVE_COSTS and the split-half check)."""
     for run in runs:
         run["table"] = table(run["records"])
     recs = {}
     for archive in dict.fromkeys(r["archive"] for r in runs):
         by_set = {r["set"]: r for r in runs if r["archive"] == archive}
-        if "heldout" not in by_set:
-            continue
         tables = {name: r["table"] for name, r in by_set.items()}
         rec = recommend(tables, max_recall_cost)
         rec["sets"] = list(by_set)
@@ -253,17 +268,18 @@ def _points_text(x: float) -> str:
 
 def recommendation_text(archive: str, rec: dict) -> str:
     """The rule's answer for an archive, its alternatives and the split-half check."""
-    sets = rec["sets"]
+    sets, anchor = rec["sets"], rec["anchor"]
+    recall = "held-out recall" if anchor == "heldout" else f"recall on {anchor}"
     out = [f"#### {_name(archive)}: minimum confidence {_t(rec['threshold'])}\n",
            f"The fewest wrongly dispatched calls over {', '.join(sets)} for at most "
-           f"{_points_text(rec['max_recall_cost'])} of held-out recall: {rec['wrongly_dispatched_at_0']} -> "
+           f"{_points_text(rec['max_recall_cost'])} of {recall}: {rec['wrongly_dispatched_at_0']} -> "
            f"{rec['wrongly_dispatched']} wrongly dispatched, {rec['withheld_right']} right calls withheld, "
-           f"held-out recall {_pct(rec['at_0']['heldout']['recall'])} -> {_pct(rec['at']['heldout']['recall'])}.\n",
-           "| held-out recall it may cost | threshold | held-out recall | "
+           f"{recall} {_pct(rec['at_0'][anchor]['recall'])} -> {_pct(rec['at'][anchor]['recall'])}.\n",
+           f"| {recall} it may cost | threshold | {recall} | "
            + " | ".join(f"wrongly dispatched, {s}" for s in sets) + " | right calls withheld (all sets) |",
            "|---:|---:|---:|" + "---:|" * len(sets) + "---:|"]
     for alt in rec["alternatives"]:
-        out.append(f"| {_points_text(alt['max_recall_cost'])} | {_t(alt['threshold'])} | {_pct(alt['at']['heldout']['recall'])} | "
+        out.append(f"| {_points_text(alt['max_recall_cost'])} | {_t(alt['threshold'])} | {_pct(alt['at'][anchor]['recall'])} | "
                    + " | ".join(f"{alt['at_0'][s]['wrongly_dispatched']} -> {alt['at'][s]['wrongly_dispatched']}"
                                 for s in sets) + f" | {alt['withheld_right']} |")
     out.append("")
@@ -271,7 +287,7 @@ def recommendation_text(archive: str, rec: dict) -> str:
         other = "odd" if h["chosen_on"] == "even" else "even"
         out.append(f"- chosen on the {h['chosen_on']}-numbered examples: {_t(h['threshold'])}; on the {other}-numbered "
                    f"ones ({h['n']}) it cuts the wrongly dispatched calls {h['wrongly_dispatched_at_0']} -> "
-                   f"{h['wrongly_dispatched']} for {h['heldout_recall_cost_points']:.1f} points of held-out recall")
+                   f"{h['wrongly_dispatched']} for {h['recall_cost_points']:.1f} points of {recall}")
     return "\n".join(out) + "\n"
 
 
@@ -280,10 +296,15 @@ def markdown(doc: dict, thresholds=SHOWN) -> str:
     out = []
     for run in doc["runs"]:
         rec = doc["recommendations"].get(run["archive"])
-        exact = sum(r["exact"] for r in run["records"])
+        records = run["records"]
+        exact = sum(r["exact"] for r in records)
+        empty = [r for r in records if r["calls"] == []]
+        failed = sum(r["calls"] is None for r in records)
         out.append(f"### {_name(run['archive'])} (Needle {run['generation']}), {run['set']} "
                    f"({run['n']} examples, {run['n'] - run['table'][0]['gold_calls']} with the answer [], "
-                   f"exact match {exact}/{run['n']})\n")
+                   f"exact match {exact}/{run['n']}; the model answered [] {len(empty)} times, "
+                   f"{sum(r['exact'] for r in empty)} of them rightly"
+                   + (f"; {failed} runs failed" if failed else "") + ")\n")
         out.append(markdown_table(run["table"], thresholds, rec and rec["threshold"]) + "\n")
     for archive, rec in doc["recommendations"].items():
         out.append(recommendation_text(archive, rec))
@@ -382,6 +403,15 @@ def _points(text: str) -> float:
     return value
 
 
+def _set(text: str) -> tuple[str, str]:
+    """(name, path) of a --set: a set of demo/eval by name, or a JSON-lines file named by its stem."""
+    if text in SETS:
+        return text, SETS[text]
+    if text.endswith(".jsonl"):
+        return os.path.splitext(os.path.basename(text))[0], text
+    raise argparse.ArgumentTypeError(f"want {', '.join(SETS)} or a FILE.jsonl of examples, not {text!r}")
+
+
 def _thresholds(text: str) -> tuple:
     try:
         values = tuple(float(v) for v in text.split(","))
@@ -397,8 +427,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--archive", action="append", metavar="A",
                    help=f"an archive (repeatable; default: {' and '.join(ARCHIVES)})")
-    p.add_argument("--set", action="append", choices=list(SETS), dest="sets",
-                   help="an evaluation set of demo/eval (repeatable; default: all three)")
+    p.add_argument("--set", action="append", type=_set, dest="sets", metavar="heldout|novel|unseen|FILE.jsonl",
+                   help="an evaluation set of demo/eval, or examples of your own in the same format (repeatable; "
+                        "default: the three of demo/eval)")
     p.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples of each set")
     p.add_argument("--max-new", type=_positive, default=ev.DEFAULT_MAX_NEW, metavar="N")
     p.add_argument("--max-recall-cost", type=_points, default=DEFAULT_RECALL_COST, metavar="POINTS",
@@ -425,10 +456,16 @@ def main(argv=None) -> int:
                 raise CactError(f"{args.from_json} is not JSON: {exc}") from None
             if not isinstance(old, dict) or old.get("format") != FORMAT:
                 raise CactError(f"{args.from_json} is not a {FORMAT} file")
+            names = {name for name, _ in args.sets or ()}
             runs = [{k: v for k, v in r.items() if k != "table"} for r in old["runs"]
-                    if (not args.archive or r["archive"] in args.archive) and (not args.sets or r["set"] in args.sets)]
+                    if (not args.archive or r["archive"] in args.archive) and (not names or r["set"] in names)]
+            if not runs:
+                raise CactError(f"{args.from_json} has no run of the archives and sets asked for")
         else:
-            runs = measure(args.archive or list(ARCHIVES), args.sets or list(SETS), args.limit, args.max_new)
+            sets = args.sets or list(SETS.items())
+            if len({name for name, _ in sets}) < len(sets):
+                raise CactError("two --set have the same name: " + ", ".join(name for name, _ in sets))
+            runs = measure(args.archive or list(ARCHIVES), sets, args.limit, args.max_new)
         recs = analyse(runs, args.max_recall_cost)
         doc = document(runs, recs)
         text = markdown(doc, args.shown)

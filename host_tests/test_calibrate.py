@@ -76,7 +76,7 @@ def test_recommend_takes_the_fewest_wrong_calls_within_the_recall_cost():
     # wrong unseen calls 4, 3, 2, 2, 1, 1, 1 (the tie at 0.7), 0
     best = cal.recommend(tables, max_recall_cost=5)
     assert best["threshold"] == 0.45 and best["wrongly_dispatched"] == 1       # 0.45 before 0.5
-    assert best["heldout_recall_cost_points"] == pytest.approx(5.0)
+    assert best["recall_cost_points"] == pytest.approx(5.0)
     assert best["wrongly_dispatched_at_0"] == 4 and best["withheld_right"] == 1
     assert best["at"]["unseen"]["threshold"] == 0.45 and best["at_0"]["heldout"]["recall"] == 1.0
     assert cal.recommend(tables, max_recall_cost=0)["threshold"] == 0.3
@@ -102,7 +102,7 @@ def test_halves_choose_on_one_half_and_score_on_the_other():
     assert (even["wrongly_dispatched_at_0"], even["wrongly_dispatched"], even["n"]) == (1, 1, 2)  # 0.5 still goes
     assert (odd["chosen_on"], odd["threshold"]) == ("odd", 0.51)
     assert (odd["wrongly_dispatched_at_0"], odd["wrongly_dispatched"]) == (1, 0)
-    assert even["heldout_recall_cost_points"] == odd["heldout_recall_cost_points"] == 0
+    assert even["recall_cost_points"] == odd["recall_cost_points"] == 0
 
 
 def test_markdown_marks_the_recommended_threshold():
@@ -184,3 +184,18 @@ def test_command_refuses_to_overwrite_its_input(tmp_path, capsys):
     doc.write_text("{}")
     assert cal.main(["--from-json", str(doc), "--json", str(doc)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_a_set_of_ones_own_anchors_the_recall_cost(tmp_path):
+    """--set FILE.jsonl: named by its stem; without "heldout" the first set's recall is the one
+    the recommendation may cost."""
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("\n".join((ROOT / cal.SETS["heldout"]).read_text().splitlines()[:3]) + "\n")
+    out = tmp_path / "c.json"
+    assert cal.main(["--archive", str(ROOT / "demo" / "needle3-demo.cact"), "--set", str(mine),
+                     "--limit", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [(r["set"], r["data"], r["n"]) for r in doc["runs"]] == [("mine", str(mine), 1)]
+    [rec] = doc["recommendations"].values()
+    assert rec["anchor"] == "mine" and rec["halves"] == []      # one example: no halves to check
+    assert cal.anchor_of(["novel", "unseen"]) == "novel" and cal.anchor_of(["unseen", "heldout"]) == "heldout"
