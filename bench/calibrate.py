@@ -89,6 +89,14 @@ def threshold_row(records: list[dict], t: float) -> dict:
             "withheld_right": withheld_right}
 
 
+def judged_row(records: list[dict], t: float) -> dict:
+    """threshold_row with the default judge's other refusal too: a call the grammar bent
+    (override_refused) is not dispatched either (docs/grammar.md §5a)."""
+    return threshold_row([dict(r, calls=[]) if r.get("override_refused") else r for r in records], t) | {
+        "override_refused": sum(bool(r.get("override_refused")) for r in records),
+        "override_refused_right": sum(bool(r.get("override_refused")) and bool(r["exact"]) for r in records)}
+
+
 def table(records: list[dict], thresholds=THRESHOLDS) -> list[dict]:
     """threshold_row at every threshold, in the order given."""
     return [threshold_row(records, t) for t in thresholds]
@@ -171,6 +179,8 @@ def record(ex: ev.Example, env: dict | None, error: str | None, seconds: float) 
             "calls": calls, "exact": ev.calls_equal(ex.calls, calls, ex.tools),
             "confidence": None if env is None else float(env["confidence"]),
             "overrides": None if env is None else env.get("overrides"),
+            # refused by the default judge for an override in a call (error code 4; docs/grammar.md §5a)
+            "override_refused": None if env is None else env.get("error_code") == 4,
             "error": error, "seconds": round(seconds, 4)}
 
 
@@ -182,7 +192,7 @@ def run_set(ref: ev.Reference, examples: list[ev.Example], max_new: int, label: 
     for i, ex in enumerate(examples, 1):
         start = time.perf_counter()
         try:
-            env, error = run_turn(ref.model, ref.tok, ex.grammar, ref.prompt_ids(ex), max_new), None
+            env, error = run_turn(ref.model, ref.tok, ex.grammar, ref.prompt_ids(ex), max_new, min_confidence=0), None
         except CactError as exc:
             env, error = None, str(exc)
             print(f"{label} line {ex.line}: failed: {error}", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ million: both twins compare ``confidence * 1e6 < ppm`` in double precision.
 
 from __future__ import annotations
 
-MIN_CONFIDENCE_PPM = {2: 500000, 3: 500000}
+MIN_CONFIDENCE_PPM = {2: 400000, 3: 500000}   # docs/calibration.md, "Recommended defaults"
 
 
 def min_confidence_ppm(generation: int) -> int:
