@@ -149,6 +149,16 @@ def board_error(board_dir):
 
 
 @pytest.fixture(scope="session")
+def demo_host(tmp_path_factory, board_runner):
+    """The host engine of the bundled Needle 2 demo archive (trained: its calls are real), built
+    once per worker for the service, soak and acting tests."""
+    from host_tests.scons_run import ROOT as root, scons
+    build = tmp_path_factory.mktemp("demo-host")
+    scons("board=host", f"archive={root / 'demo' / 'needle2-demo.cact'}", f"build={build}")
+    return board_runner("host", build / "needle")
+
+
+@pytest.fixture(scope="session")
 def board_runner():
     """board_runner(board, binary, archive=None) -> a BoardRunner (generator/build/runner.py):
     how every test runs a program on a board (a board dict or name; archive: the archive file

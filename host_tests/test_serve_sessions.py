@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from host_tests.scons_run import scons
 
 from test_cli_robustness import needle  # noqa: F401  (the tiny golden engine, built once)
 from test_serve import IM_END, Service, error, serve_pipe
@@ -37,11 +36,9 @@ TIMINGS = ("prefill_tps", "decode_tps", "grammar_ms", "decode_ms")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, board_runner):
-    """The host engine for the bundled demo archive (trained: its answers are right)."""
-    build = tmp_path_factory.mktemp("serve-demo")
-    scons("board=host", f"archive={ROOT / 'demo' / 'needle2-demo.cact'}", f"build={build}")
-    return board_runner("host", build / "needle")
+def demo(demo_host):
+    """The host engine for the bundled demo archive (conftest.py: built once per worker)."""
+    return demo_host
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from host_tests.scons_run import scons
 
 from test_serve import Service, serve_pipe
 
@@ -351,11 +350,9 @@ def mismatches(engine, reqs, answers, spans, transform=lambda seg, ans: (seg, li
 # ---- fixtures ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, board_runner):
-    """The host engine for the bundled demo archive (trained: it makes real calls)."""
-    build = tmp_path_factory.mktemp("serve-soak")
-    scons("board=host", f"archive={ROOT / 'demo' / 'needle2-demo.cact'}", f"build={build}")
-    return board_runner("host", build / "needle")
+def demo(demo_host):
+    """The host engine for the bundled demo archive (conftest.py: built once per worker)."""
+    return demo_host
 
 
 @pytest.fixture(scope="module")
