@@ -17,6 +17,7 @@
 #define MAX_REPEAT        32
 #define MAX_CP            0x10FFFFu
 #define INF               0x3FFFFFFFu
+#define SPAN_KEY          "\"x-needle-span\""   /* our keyword: a string copied from the query */
 /* A node's shortest text is saturated here (schema.py MB_CAP): far above the 4096 bytes a call
  * list may hold, and low enough that no product or sum of them overflows 32 bits (minItems
  * 4096 of minItems 4096 of minLength 4096 once wrapped round to a few bytes). */
@@ -411,7 +412,8 @@ enum { TY_NONE = -1, TY_STRING, TY_INTEGER, TY_NUMBER, TY_BOOLEAN, TY_NULL, TY_A
 static int keyword_allowed(const char *t, size_t key, int ty)
 {
     static const char *const common[] = { "\"description\"", "\"title\"", "\"default\"", "\"examples\"",
-                                          "\"format\"", "\"$comment\"", "\"type\"", "\"enum\"", "\"const\"" };
+                                          "\"format\"", "\"$comment\"", "\"type\"", "\"enum\"", "\"const\"",
+                                          SPAN_KEY };
     static const char *const by_type[7][5] = {
         { "\"minLength\"", "\"maxLength\"", "\"pattern\"" },
         { "\"minimum\"", "\"maximum\"", "\"exclusiveMinimum\"", "\"exclusiveMaximum\"", "\"multipleOf\"" },
@@ -878,6 +880,12 @@ static int compile_string(ng_comp *c, size_t s, needle_gnode *n)
         return 0;
     }
     n->min_bytes = 2u + (uint32_t)n->min_len;
+    size_t sp = jv_get(t, s, SPAN_KEY);
+    if (sp != NONE && jv_is(t, sp, "true")) {
+        if (n->max_len == 0)
+            return fail(c, "\"x-needle-span\" needs maxLength of at least 1 (maxLength 0 admits only \"\")");
+        n->unique = 1;
+    }
     return 0;
 }
 
@@ -1121,6 +1129,22 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
             return fail(c, "type must be one of string, integer, number, boolean, null, array, object "
                            "(type lists are not supported)");
     }
+    size_t sp = jv_get(t, s, SPAN_KEY);
+    if (sp != NONE) {
+        if (!jv_is(t, sp, "true") && !jv_is(t, sp, "false")) return fail(c, "\"x-needle-span\" must be true or false");
+        if (jv_is(t, sp, "true")) {
+            static const char *const never[3] = { "\"enum\"", "\"const\"", "\"pattern\"" };
+            if (ty != TY_STRING)
+                return fail(c, "\"x-needle-span\" needs type string (it copies a span of the query into a string)");
+            for (int k = 0; k < 3; k++) {
+                if (jv_get(t, s, never[k]) == NONE) continue;
+                fail(c, "\"x-needle-span\" cannot be combined with ");
+                err_s(&c->e, never[k]);
+                err_s(&c->e, " (a span is any text of the query): drop one of them");
+                return -1;
+            }
+        }
+    }
     size_t key, val;
     for (uint32_t k = 0; jv_member(t, s, k, &key, &val); k++) {
         if (keyword_allowed(t, key, ty)) continue;
@@ -1363,6 +1387,52 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
 
 uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].min_bytes; }
 
+static uint8_t span_query[NEEDLE_GRAMMAR_SPAN_MAX];   /* the query span strings copy from */
+
+int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                             size_t errcap)
+{
+    ng_err e = { err, err ? errcap : 0u, 0u };
+    if (e.cap) err[0] = 0;
+    int any = 0;
+    uint32_t need = 0;
+    for (uint32_t i = 0; i < g->n_node; i++) {
+        const needle_gnode *n = &g->node[i];
+        if (n->kind != NG_STR || !(n->unique || (span_all && !n->n_item && n->max_len != 0))) continue;
+        any = 1;
+        if ((uint32_t)n->min_len > need) need = (uint32_t)n->min_len;
+    }
+    if (!query || !any) { g->query = NULL; g->query_len = 0; g->span_all = 0; return 0; }
+    if (len > NEEDLE_GRAMMAR_SPAN_MAX) {
+        err_s(&e, "the query is ");
+        err_u(&e, len);
+        err_s(&e, " bytes, more than the ");
+        err_u(&e, NEEDLE_GRAMMAR_SPAN_MAX);
+        err_s(&e, " span strings copy from (NEEDLE_GRAMMAR_SPAN_MAX): shorten it, or raise grammar.span_bytes "
+                  "in the board file");
+        return -1;
+    }
+    uint32_t run = 0, best = 0;     /* the longest run of plain ASCII a span can copy */
+    for (size_t i = 0; i < len; i++) {
+        uint8_t b = (uint8_t)query[i];
+        run = b >= 0x20u && b < 0x7Fu && b != '"' && b != '\\' ? run + 1u : 0u;
+        if (run > best) best = run;
+    }
+    if (best < need) {
+        err_s(&e, "the query holds no ");
+        err_u(&e, need);
+        err_s(&e, " plain ASCII characters in a row, which a span string's minLength ");
+        err_u(&e, need);
+        err_s(&e, " needs: lower minLength, or turn the span off");
+        return -1;
+    }
+    memcpy(span_query, query, len);
+    g->query = span_query;
+    g->query_len = (uint32_t)len;
+    g->span_all = span_all != 0;
+    return 0;
+}
+
 size_t needle_grammar_ram_bytes(const needle_grammar *g)
 {
 #if NEEDLE_GRAMMAR_RUNTIME
@@ -1473,7 +1543,61 @@ static int str_char(const needle_grammar *g, needle_gframe *f, uint32_t cp)
 
 static int hexval(uint8_t b) { return b >= '0' && b <= '9' ? b - '0' : b >= 'a' && b <= 'f' ? b - 'a' + 10 : -1; }
 
+/* ---- span strings (docs/grammar.md §2a; grammar.py span_rest, _feed_span) */
+
+static int is_span(const needle_grammar *g, const needle_gnode *n)
+{
+    return g->query && n->kind == NG_STR && (n->unique || (g->span_all && !n->n_item && n->max_len != 0));
+}
+
+static uint32_t utf8_len(uint8_t b) { return b < 0x80u ? 1u : b < 0xE0u ? 2u : b < 0xF0u ? 3u : 4u; }
+
+/* Fewest bytes that finish span string frame f (phase 1) before its closing quote, copied on
+ * from some place of the query that holds the bytes so far (INF: none). */
+static uint32_t span_rest(const needle_grammar *g, const needle_gframe *f)
+{
+    const needle_gnode *n = N(g, f);
+    const uint8_t *q = g->query;
+    uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32), pend = f->need;
+    uint32_t chars = f->count + (pend ? 1u : 0u), best = INF, need = (uint32_t)n->min_len;
+    for (uint32_t s = s0; s + k <= len; s++) {
+        if (memcmp(q + s, q + s0, k)) continue;
+        uint32_t j = s + k + pend, c = chars;
+        while (c < need && j < len && q[j] >= 0x20u && q[j] != '"' && q[j] != '\\') { j += utf8_len(q[j]); c++; }
+        if (c >= need && j <= len && j - s - k < best) best = j - s - k;
+    }
+    return best;
+}
+
+static int feed_str_plain(const needle_grammar *g, needle_gframe *f, uint8_t b);
+
+/* Inside a span string: what the plain string takes, if the query continues the bytes so far
+ * with b somewhere and the string can still be finished from there.  No escapes. */
+static int feed_span(const needle_grammar *g, needle_gframe *f, uint8_t b)
+{
+    if (b == '\\') return 0;
+    needle_gframe t = *f;
+    if (!feed_str_plain(g, &t, b)) return 0;
+    if (b == '"') { *f = t; return 1; }
+    const uint8_t *q = g->query;
+    uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32);
+    for (uint32_t s = s0; s + k < len; s++) {
+        if (q[s + k] != b || memcmp(q + s, q + s0, k)) continue;
+        t.set = (uint64_t)s | (uint64_t)(k + 1u) << 32;
+        if (span_rest(g, &t) == INF) return 0;
+        *f = t;
+        return 1;
+    }
+    return 0;
+}
+
 static int feed_str(const needle_grammar *g, needle_gframe *f, uint8_t b)
+{
+    if (f->phase == 1 && is_span(g, N(g, f))) return feed_span(g, f, b);
+    return feed_str_plain(g, f, b);
+}
+
+static int feed_str_plain(const needle_grammar *g, needle_gframe *f, uint8_t b)
 {
     const needle_gnode *n = N(g, f);
     if (f->phase == 0) { if (b != '"') return 0; f->phase = 1; return 1; }
@@ -1748,6 +1872,10 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
     const needle_gnode *n = N(g, f);
     if (f->phase == 0) return n->min_bytes;
     if (f->phase == 2) return 0;
+    if (is_span(g, n)) {
+        uint32_t r = span_rest(g, f);
+        return r == INF ? INF : r + 1u;
+    }
     static const uint8_t esc_pending[6] = { 0, 1, 4, 3, 2, 1 };
     uint32_t pending = f->need ? f->need : esc_pending[f->esc];
     if (n->n_item) {

@@ -156,7 +156,8 @@ def cmd_call(args) -> int:
 def cmd_eval(args) -> int:
     from generator.commands import evaluate
     modes = ["float", "a8"] if args.mode == "both" else [args.mode]
-    grammars = ["on", "off"] if args.grammar == "both" else [args.grammar]
+    grammars = ["on", "off"] if args.grammar == "both" else ["on", "span"] if args.grammar == "on+span" \
+        else [args.grammar]
     return evaluate.run_reference(args.archive, args.data, modes, grammars, args.max_new,
                                   args.limit, args.json)
 
@@ -242,8 +243,10 @@ def main(argv: Sequence[str] | None = None,
                    help="JSON lines: {\"tools\": [...], \"query\": \"...\", \"calls\": [...]}")
     s.add_argument("--mode", choices=("float", "a8", "both"), default="a8",
                    help="numerics of the reference (default a8, what every engine computes)")
-    s.add_argument("--grammar", choices=("on", "off", "both"), default="both",
-                   help="constrained decoding (on), plain greedy like needle --raw (off), or both (default)")
+    s.add_argument("--grammar", choices=("on", "off", "both", "span", "on+span"), default="both",
+                   help="constrained decoding (on), plain greedy like needle --raw (off), or both (default); "
+                        "span: on with every free string a span of the query (needle --span-strings); "
+                        "on+span: on and span side by side")
     s.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N", help="tokens per answer (default 96)")
     s.add_argument("--json", metavar="OUT", help="write the metrics and every prediction")
