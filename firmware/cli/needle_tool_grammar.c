@@ -1389,8 +1389,9 @@ uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].mi
 
 static uint8_t span_query[NEEDLE_GRAMMAR_SPAN_MAX];   /* the query span strings copy from */
 
-int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
-                             size_t errcap)
+/* 1: g has span strings for this switch and query; 0: none; -1: refused (err). */
+static int span_check(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                      size_t errcap)
 {
     ng_err e = { err, err ? errcap : 0u, 0u };
     if (e.cap) err[0] = 0;
@@ -1402,7 +1403,7 @@ int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, i
         any = 1;
         if ((uint32_t)n->min_len > need) need = (uint32_t)n->min_len;
     }
-    if (!query || !any) { g->query = NULL; g->query_len = 0; g->span_all = 0; return 0; }
+    if (!query || !any) return 0;
     if (len > NEEDLE_GRAMMAR_SPAN_MAX) {
         err_s(&e, "the query is ");
         err_u(&e, len);
@@ -1426,6 +1427,21 @@ int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, i
         err_s(&e, " needs: lower minLength, or turn the span off");
         return -1;
     }
+    return 1;
+}
+
+int needle_grammar_check_query(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                               size_t errcap)
+{
+    return span_check(g, query, len, span_all, err, errcap) < 0 ? -1 : 0;
+}
+
+int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                             size_t errcap)
+{
+    int rc = span_check(g, query, len, span_all, err, errcap);
+    if (rc < 0) return -1;
+    if (rc == 0) { g->query = NULL; g->query_len = 0; g->span_all = 0; return 0; }
     memcpy(span_query, query, len);
     g->query = span_query;
     g->query_len = (uint32_t)len;

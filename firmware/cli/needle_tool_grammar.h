@@ -150,6 +150,9 @@ size_t needle_grammar_ram_bytes(const needle_grammar *g);
  * characters in a row for a span string that needs them. */
 int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
                              size_t errcap);
+/* The checks of needle_grammar_set_query alone: 0, or -1 with its message (nothing changed). */
+int needle_grammar_check_query(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                               size_t errcap);
 
 void needle_grammar_start(const needle_grammar *g, needle_gstate *s);
 /* Feed one byte: 0 and *s updated, or -1 (and *s unchanged in meaning: do not use it). */
