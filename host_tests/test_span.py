@@ -260,3 +260,13 @@ def test_a_long_query_without_span_strings_is_not_refused(driver, tmp_path):
     set_query(g, "x" * (sc.SPAN_MAX + 5), True)
     assert g.query is None
     assert run_c(driver, tmp_path, text, False, "x" * (sc.SPAN_MAX + 5), True, [])[0].startswith("OK ")
+
+
+def test_a_refusal_names_the_span():
+    tools = tool({"to": SPAN, "text": {"type": "string"}})
+    g = grammar(tools, "hi Anna")
+    assert gm.describe(g.nodes[3], g) == "a string copied from the query"
+    assert gm.describe(g.nodes[4], g) == "a string"
+    set_query(g, "hi Anna", True)
+    assert gm.describe(g.nodes[4], g) == "a string copied from the query"
+    assert gm.describe(g.nodes[4]) == "a string"

@@ -133,12 +133,13 @@ def cmd_call(args) -> int:
     from generator.model.needle2 import Needle2
     from generator.model.needle3 import Needle3
     from generator.tools.decode import run_turn
-    from generator.tools.schema import compile_tools
+    from generator.tools.schema import compile_tools, set_query
     try:
         text = Path(args.tools).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CactError(f"cannot read {args.tools}: {getattr(exc, 'strerror', None) or exc}") from None
     g = compile_tools(text, force_call=args.force_call)
+    set_query(g, args.query, args.span_strings)
     a = reader.read(args.archive)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
@@ -234,6 +235,8 @@ def main(argv: Sequence[str] | None = None,
     s.add_argument("--date", metavar="TEXT|now", help="the system facts' date fact (docs/prompt.md)")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N")
     s.add_argument("--force-call", action="store_true", help="the answer is a call (at least one)")
+    s.add_argument("--span-strings", action="store_true",
+                   help="every free string argument is a span of the query (docs/grammar.md §2a)")
     s.set_defaults(fn=cmd_call)
 
     s = sub.add_parser("eval", help="task accuracy: the reference's calls on held-out examples, with the "

@@ -577,8 +577,9 @@ def _units(v: int, scale: int) -> str:
     return f"{sign}{whole}" + (f".{text}" if text else "")
 
 
-def describe(node) -> str:
-    """What a schema node allows, in words, for a refusal (twin of the C describe())."""
+def describe(node, g=None) -> str:
+    """What a schema node allows, in words, for a refusal (twin of the C describe()); with the
+    grammar g, a span string says so."""
     k = node.kind
     if k in (INT, NUM):
         scale = 1 if k == INT else 10 ** MAX_DECIMALS
@@ -603,7 +604,8 @@ def describe(node) -> str:
             what += f" of {node.min_len} to {node.max_len} characters"
         elif node.min_len > 0:
             what += f" of at least {node.min_len} characters"
-        return what + (" matching its pattern" if node.pattern else "")
+        return what + (" matching its pattern" if node.pattern else "") + \
+            (" copied from the query" if g is not None and is_span(g, node) else "")
     return "an array" if k == ARR else "an object"
 
 
