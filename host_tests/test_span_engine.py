@@ -227,3 +227,27 @@ def test_c_api_refuses_bad_span_input_with_code_and_message(tmp_path):
     rc, calls = call("weather in Lagos")
     assert rc == 0
     spans_of({"function_calls": json.loads(calls)}, "weather in Lagos")
+
+
+def test_span_strings_on_a_watch_equal_the_twin(tmp_path, board_runner):
+    """watch-m4 under qemu-system-arm, the list built in: --span-strings gives the twin's call."""
+    from generator.build import boards
+    from host_tests.scons_run import scons
+    from host_tests.test_grammar_budget import ARCHIVE
+    board = boards.load("watch-m4")
+    if boards.missing_tools(board, run=True):
+        pytest.skip(boards.missing_tools(board, run=True))
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS))
+    build = tmp_path / "b"
+    scons("board=watch-m4", f"archive={ARCHIVE}", f"build={build}", f"tools={tools}")
+    engine = board_runner(board, build / "needle.elf")
+    query = QUERIES[0]
+    got = engine.run(["--query", query, "--force-call", "--max-new", "72", "--span-strings"], cwd=tmp_path,
+                     timeout=900, text=False)
+    assert got.returncode == 0, got.stderr
+    env = json.loads(got.stdout.decode())
+    want = python_envelope(tools.read_text(), query, 72, True)
+    keys = [k for k in ENVELOPE_KEYS if k != "prefix_tokens"]    # the watch starts from its snapshot
+    assert {k: env[k] for k in keys} == {k: want[k] for k in keys}
+    spans_of(env, query)
