@@ -872,12 +872,12 @@ static char *call_tools = tools_a, *next_tools = tools_b;
 static size_t call_tools_len, next_tools_len;
 static int call_force, next_force;
 
-/* A constrained query refused before anything ran: the session as it was, its last call
- * answerable again when it was (reopen). */
 static const uint8_t *call_query;     /* the span strings' query of that call (needle_grammar_set_query) */
 static uint32_t call_query_len;
 static int call_span_all;
 
+/* A constrained query refused before anything ran: the session as it was, its last call
+ * answerable again when it was (reopen). */
 static void restore_call(int reopen)
 {
     char err[256];
