@@ -74,10 +74,12 @@ def value(name: str, v: str, close: bool = True) -> str:
 # ---- the matcher on hand cases ---------------------------------------------------------------------
 def test_a_span_of_the_query_is_accepted_and_other_text_refused():
     g = grammar(tool({"to": SPAN}), "tell Anna and Annabel hi")
-    for ok in ("Anna", "Annabel", "tell", "tell Anna and Annabel hi", "l A", "bel hi", ""):
+    for ok in ("Anna", "Annabel", "tell", "tell Anna and Annabel hi", "Anna and", "hi", " ", ""):
         assert accepts(g, value("to", ok)), ok
-    for bad in ("anna", "Bob", "Anna Annabel", "hi!", "ANNA"):      # case counts; no gaps
+    for bad in ("anna", "Bob", "Anna Annabel", "hi!", "ANNA", "nna", "l A"):  # case counts; no gaps; words whole
         assert not accepts(g, value("to", bad, close=False)), bad
+    for cut in ("Ann", "Annab", "tel"):                             # a span does not end inside a word
+        assert accepts(g, value("to", cut, close=False)) and not accepts(g, value("to", cut)), cut
     # a repeated substring: "Anna" is at 5 and 14; the state keeps the first, both continue
     st = gm.feed_bytes(g, gm.start(g), value("to", "Anna", close=False).encode())
     assert st[-1][9] == 5 | 4 << 32
@@ -232,18 +234,21 @@ def test_span_false_and_minlength_maxlength_combine(driver, tmp_path):
     text = json.dumps(tool({"a": {"type": "integer", "x-needle-span": False},
                             "b": {"type": "string", "minLength": 1, "maxLength": 4, "x-needle-span": True}}))
     g = compile_tools(text)
-    set_query(g, "hello")
-    assert accepts(g, '[{"name":"msg","arguments":{"a":1,"b":"hell"}}]')
-    assert not accepts(g, '[{"name":"msg","arguments":{"a":1,"b":"hello')
-    assert run_c(driver, tmp_path, text, False, "hello", False, [])[0].startswith("OK ")
+    set_query(g, "say hi, hello")
+    assert accepts(g, '[{"name":"msg","arguments":{"a":1,"b":"hi, "}}]')
+    assert not accepts(g, '[{"name":"msg","arguments":{"a":1,"b":"hell')     # hello is 5 characters
+    assert not accepts(g, '[{"name":"msg","arguments":{"a":1,"b":""}}]')     # minLength 1
+    assert run_c(driver, tmp_path, text, False, "say hi, hello", False, [])[0].startswith("OK ")
 
 
 @pytest.mark.parametrize("query, span_all, message", [
     ("x" * (sc.SPAN_MAX + 1), False,
      f"the query is {sc.SPAN_MAX + 1} bytes, more than the {sc.SPAN_MAX} span strings copy from "
      "(NEEDLE_GRAMMAR_SPAN_MAX): shorten it, or raise grammar.span_bytes in the board file"),
-    ("é é é", False, "the query holds no 2 plain ASCII characters in a row, which a span string's minLength 2 "
-                     "needs: lower minLength, or turn the span off"),
+    ("é é é", False, "the query holds no span of exactly 2 plain ASCII characters between words, which a span "
+                     "string's minLength 2 needs: lower minLength, or turn the span off"),
+    ("abc def", False, "the query holds no span of exactly 2 plain ASCII characters between words, which a span "
+                      "string's minLength 2 needs: lower minLength, or turn the span off"),
 ])
 def test_bad_query_is_refused_in_one_line_by_both_twins(driver, tmp_path, query, span_all, message):
     text = json.dumps(tool({"to": dict(SPAN, minLength=2)}))

@@ -1389,6 +1389,9 @@ uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].mi
 
 static uint8_t span_query[NEEDLE_GRAMMAR_SPAN_MAX];   /* the query span strings copy from */
 
+static int span_start(const uint8_t *q, uint32_t s);
+static int span_end(const uint8_t *q, uint32_t len, uint32_t e);
+
 /* 1: g has span strings for this switch and query; 0: none; -1: refused (err). */
 static int span_check(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
                       size_t errcap)
@@ -1396,12 +1399,10 @@ static int span_check(const needle_grammar *g, const char *query, size_t len, in
     ng_err e = { err, err ? errcap : 0u, 0u };
     if (e.cap) err[0] = 0;
     int any = 0;
-    uint32_t need = 0;
+    uint32_t need_fail = 0;
     for (uint32_t i = 0; i < g->n_node; i++) {
         const needle_gnode *n = &g->node[i];
-        if (n->kind != NG_STR || !(n->unique || (span_all && !n->n_item && n->max_len != 0))) continue;
-        any = 1;
-        if ((uint32_t)n->min_len > need) need = (uint32_t)n->min_len;
+        if (n->kind == NG_STR && (n->unique || (span_all && !n->n_item && n->max_len != 0))) any = 1;
     }
     if (!query || !any) return 0;
     if (len > NEEDLE_GRAMMAR_SPAN_MAX) {
@@ -1413,17 +1414,28 @@ static int span_check(const needle_grammar *g, const char *query, size_t len, in
                   "in the board file");
         return -1;
     }
-    uint32_t run = 0, best = 0;     /* the longest run of plain ASCII a span can copy */
-    for (size_t i = 0; i < len; i++) {
-        uint8_t b = (uint8_t)query[i];
-        run = b >= 0x20u && b < 0x7Fu && b != '"' && b != '\\' ? run + 1u : 0u;
-        if (run > best) best = run;
+    /* each minLength needs a span of exactly that many plain ASCII characters between words,
+     * the shortest a span string then writes (the tables count one byte a character) */
+    const uint8_t *q = (const uint8_t *)query;
+    for (uint32_t i = 0; i < g->n_node; i++) {
+        const needle_gnode *n = &g->node[i];
+        if (n->kind != NG_STR || !(n->unique || (span_all && !n->n_item && n->max_len != 0))) continue;
+        uint32_t m = (uint32_t)n->min_len;
+        if (m == 0) continue;
+        int found = 0;
+        for (uint32_t s = 0; !found && s + m <= len; s++) {
+            uint32_t j = 0;
+            while (j < m && q[s + j] >= 0x20u && q[s + j] < 0x7Fu && q[s + j] != '"' && q[s + j] != '\\') j++;
+            found = j == m && span_start(q, s) && span_end(q, (uint32_t)len, s + m);
+        }
+        if (found) continue;
+        if (need_fail == 0 || m < need_fail) need_fail = m;
     }
-    if (best < need) {
-        err_s(&e, "the query holds no ");
-        err_u(&e, need);
-        err_s(&e, " plain ASCII characters in a row, which a span string's minLength ");
-        err_u(&e, need);
+    if (need_fail) {
+        err_s(&e, "the query holds no span of exactly ");
+        err_u(&e, need_fail);
+        err_s(&e, " plain ASCII characters between words, which a span string's minLength ");
+        err_u(&e, need_fail);
         err_s(&e, " needs: lower minLength, or turn the span off");
         return -1;
     }
@@ -1568,8 +1580,23 @@ static int is_span(const needle_grammar *g, const needle_gnode *n)
 
 static uint32_t utf8_len(uint8_t b) { return b < 0x80u ? 1u : b < 0xE0u ? 2u : b < 0xF0u ? 3u : 4u; }
 
-/* Fewest bytes that finish span string frame f (phase 1) before its closing quote, copied on
- * from some place of the query that holds the bytes so far (INF: none). */
+/* A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character. */
+static int is_word(uint8_t b)
+{
+    return b >= 0x80u || (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
+}
+
+/* May a span start at q[s] (s < len) / end before q[e] (e > 0): not inside a word. */
+static int span_start(const uint8_t *q, uint32_t s) { return s == 0 || !is_word(q[s - 1u]) || !is_word(q[s]); }
+static int span_end(const uint8_t *q, uint32_t len, uint32_t e)
+{
+    return e == len || !is_word(q[e - 1u]) || !is_word(q[e]);
+}
+
+/* Fewest bytes that finish span string frame f (phase 1) before its closing quote (0: the quote
+ * may come now): the character in progress, then characters copied on from some place of the
+ * query that holds the bytes so far and starts a word, up to minLength characters and the end
+ * of a word, within maxLength (INF: none). */
 static uint32_t span_rest(const needle_grammar *g, const needle_gframe *f)
 {
     const needle_gnode *n = N(g, f);
@@ -1577,10 +1604,17 @@ static uint32_t span_rest(const needle_grammar *g, const needle_gframe *f)
     uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32), pend = f->need;
     uint32_t chars = f->count + (pend ? 1u : 0u), best = INF, need = (uint32_t)n->min_len;
     for (uint32_t s = s0; s + k <= len; s++) {
-        if (memcmp(q + s, q + s0, k)) continue;
-        uint32_t j = s + k + pend, c = chars;
-        while (c < need && j < len && q[j] >= 0x20u && q[j] != '"' && q[j] != '\\') { j += utf8_len(q[j]); c++; }
-        if (c >= need && j <= len && j - s - k < best) best = j - s - k;
+        if ((k && !span_start(q, s)) || memcmp(q + s, q + s0, k)) continue;
+        for (uint32_t j = s + k + pend, c = chars; j <= len;) {
+            if (c >= need && (j == s || span_end(q, len, j))) {
+                if (j - s - k < best) best = j - s - k;
+                break;
+            }
+            if (j == len || q[j] < 0x20u || q[j] == '"' || q[j] == '\\' || (n->max_len >= 0 && c >= (uint32_t)n->max_len))
+                break;
+            j += utf8_len(q[j]);
+            c++;
+        }
     }
     return best;
 }
@@ -1588,17 +1622,22 @@ static uint32_t span_rest(const needle_grammar *g, const needle_gframe *f)
 static int feed_str_plain(const needle_grammar *g, needle_gframe *f, uint8_t b);
 
 /* Inside a span string: what the plain string takes, if the query continues the bytes so far
- * with b somewhere and the string can still be finished from there.  No escapes. */
+ * with b at the start of a word or inside one, and the string can still be finished at the end
+ * of a word from there; the quote where one ends.  No escapes. */
 static int feed_span(const needle_grammar *g, needle_gframe *f, uint8_t b)
 {
     if (b == '\\') return 0;
     needle_gframe t = *f;
     if (!feed_str_plain(g, &t, b)) return 0;
-    if (b == '"') { *f = t; return 1; }
+    if (b == '"') {
+        if (span_rest(g, f) != 0) return 0;
+        *f = t;
+        return 1;
+    }
     const uint8_t *q = g->query;
     uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32);
     for (uint32_t s = s0; s + k < len; s++) {
-        if (q[s + k] != b || memcmp(q + s, q + s0, k)) continue;
+        if (q[s + k] != b || !span_start(q, s) || memcmp(q + s, q + s0, k)) continue;
         t.set = (uint64_t)s | (uint64_t)(k + 1u) << 32;
         if (span_rest(g, &t) == INF) return 0;
         *f = t;

@@ -130,37 +130,59 @@ def _utf8_len(b: int) -> int:
     return 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
 
 
+def _word(b: int) -> bool:
+    """A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character."""
+    return b >= 0x80 or 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A
+
+
+def span_start(q: bytes, s: int) -> bool:
+    """May a span start at q[s] (s < len(q)): not inside a word."""
+    return s == 0 or not _word(q[s - 1]) or not _word(q[s])
+
+
+def span_end(q: bytes, e: int) -> bool:
+    """May a span end before q[e] (e > 0): not inside a word."""
+    return e == len(q) or not _word(q[e - 1]) or not _word(q[e])
+
+
 def span_rest(g, node, f) -> int:
-    """Fewest bytes that finish span string frame f (phase 1) before its closing quote: the
-    rest of the character in progress and the characters minLength still needs, copied on
-    from some place of the query that holds the bytes written so far (INF: none)."""
+    """Fewest bytes that finish span string frame f (phase 1) before its closing quote (0: the
+    quote may come now): the rest of the character in progress, then characters copied on
+    from some place of the query that holds the bytes written so far and starts a word, up to
+    minLength characters and the end of a word, within maxLength (INF: none)."""
     q, s0, k = g.query, f[9] & 0xFFFFFFFF, f[9] >> 32
     n, pend = len(q), f[5]
     chars = f[3] + (1 if pend else 0)
     best = INF
     for s in range(s0, n - k + 1):
-        if q[s:s + k] != q[s0:s0 + k]:
+        if (k and not span_start(q, s)) or q[s:s + k] != q[s0:s0 + k]:
             continue
         j, c = s + k + pend, chars
-        while c < node.min_len and j < n and q[j] >= 0x20 and q[j] not in (0x22, 0x5C):
+        while j <= n:
+            if c >= node.min_len and (j == s or span_end(q, j)):
+                best = min(best, j - s - k)
+                break
+            if j == n or q[j] < 0x20 or q[j] in (0x22, 0x5C) or 0 <= node.max_len <= c:
+                break
             j += _utf8_len(q[j])
             c += 1
-        if c >= node.min_len and j <= n:
-            best = min(best, j - s - k)
     return best
 
 
 def _feed_span(g, node, f, b: int):
     """A span string inside its quotes: what the plain string takes, if the query continues the
-    bytes so far with b somewhere and the string can still be finished from there."""
+    bytes so far with b at the start of a word or inside one, and the string can still be
+    finished at the end of a word from there; the quote where one ends."""
     if b == 0x5C:
         return None              # no escapes: '"', '\\' and controls are never copied
     nf = _feed_str(g, node, f, b, False)
-    if nf is None or b == 0x22:
-        return nf
+    if nf is None:
+        return None
+    if b == 0x22:
+        return nf if span_rest(g, node, f) == 0 else None
     q, s0, k = g.query, f[9] & 0xFFFFFFFF, f[9] >> 32
     for s in range(s0, len(q) - k):
-        if q[s + k] == b and q[s:s + k] == q[s0:s0 + k]:
+        if q[s + k] == b and span_start(q, s) and q[s:s + k] == q[s0:s0 + k]:
             nf = nf[:9] + (s | (k + 1) << 32,)
             return nf if span_rest(g, node, nf) < INF else None
     return None

@@ -591,13 +591,17 @@ def is_span(g, node) -> bool:
         (node.unique or (g.span_all and not node.pattern and node.max_len != 0))
 
 
-def _plain_run(q: bytes) -> int:
-    """The longest run of printable ASCII a span can copy (no '"', no backslash)."""
-    best = run = 0
-    for b in q:
-        run = run + 1 if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else 0
-        best = max(best, run)
-    return best
+def _short_span(q: bytes, m: int) -> bool:
+    """Does the query hold a span of m plain ASCII characters (no '"', no backslash) that
+    neither starts nor ends inside a word (the shortest a span string of minLength m writes)?"""
+    from generator.tools.grammar import span_end, span_start
+    if m == 0:
+        return True
+    for s in range(len(q) - m + 1):
+        if all(0x20 <= b < 0x7F and b not in (0x22, 0x5C) for b in q[s:s + m]) and span_start(q, s) \
+                and span_end(q, s + m):
+            return True
+    return False
 
 
 def set_query(g, query: str | None, span_all: bool = False) -> None:
@@ -613,8 +617,8 @@ def set_query(g, query: str | None, span_all: bool = False) -> None:
     if len(q) > SPAN_MAX:
         raise CactError(f"the query is {len(q)} bytes, more than the {SPAN_MAX} span strings copy from "
                         f"(NEEDLE_GRAMMAR_SPAN_MAX): shorten it, or raise grammar.span_bytes in the board file")
-    need = max(n.min_len for n in spans)
-    if _plain_run(q) < need:
-        raise CactError(f"the query holds no {need} plain ASCII characters in a row, which a span string's "
-                        f"minLength {need} needs: lower minLength, or turn the span off")
+    for need in sorted({n.min_len for n in spans}):
+        if not _short_span(q, need):
+            raise CactError(f"the query holds no span of exactly {need} plain ASCII characters between words, "
+                            f"which a span string's minLength {need} needs: lower minLength, or turn the span off")
     g.query, g.span_all = q, span_all
