@@ -10,6 +10,8 @@
  *                                               generation's NEEDLE_MIN_CONFIDENCE_PPM)
  *          [--overrides refuse|complete]        refuse a call the grammar bent (the default), or
  *                                               complete it (docs/grammar.md, "Acting on a call")
+ *          [--span-strings]                     every free string argument is a span of the query
+ *                                               (docs/grammar.md §2a)
  *          [--reply RESULTS]                    then a second turn on the same session, after the
  *                                               calls' results (JSON text): two envelopes
  *          [--raw]                              plain greedy text as the model writes it (--ids: ids)
@@ -322,7 +324,7 @@ static void usage(void)
     static const char text[] = "usage: needle --prompt TEXT [--max-new N] [--ids]\n"
           "       needle --tools FILE.json --query TEXT [--system TEXT] [--max-new N]\n"
           "              [--date TEXT|now] [--force-call] [--reply RESULTS] | [--raw | --ids] [--plain-markers]\n"
-          "              [--min-confidence X] [--overrides refuse|complete]\n"
+          "              [--min-confidence X] [--overrides refuse|complete] [--span-strings]\n"
           "       needle --tokens ID,ID,... [--logits FILE] [--heads FILE] [--prefill K]\n"
           "       needle --serve [--socket PATH] [--tools FILE.json] [--max-new N] [--idle-timeout S]\n"
           "              [--min-confidence X] [--overrides refuse|complete]\n"
@@ -363,13 +365,13 @@ static int cli(int argc, char **argv)
     const char *heads = NULL, *archive = NULL, *socket_path = NULL, *reply = NULL, *snapshot = NULL, *date = NULL;
     uint32_t max_new = 96, bench = 0, threads = 0, prefill = 0, idle_timeout = NEEDLE_SERVE_IDLE_TIMEOUT;
     uint32_t min_confidence = NEEDLE_MIN_CONFIDENCE_PPM;    /* parts per million */
-    int overrides = NEEDLE_OVERRIDES_REFUSE, judge_given = 0;
+    int overrides = NEEDLE_OVERRIDES_REFUSE, judge_given = 0, span_strings = 0;
     int info = 0, max_new_given = 0, plain_markers = 0, serving = 0, raw = 0, force_call = 0, idle_given = 0;
     static const char *const once[] = { "--prompt", "--tools", "--query", "--system", "--tokens", "--logits",
                                         "--heads", "--max-new", "--bench", "--info", "--ids",
                                         "--plain-markers", "--archive", "--serve", "--socket", "--threads",
                                         "--raw", "--force-call", "--reply", "--snapshot-save", "--date", "--prefill",
-                                        "--idle-timeout", "--min-confidence", "--overrides" };
+                                        "--idle-timeout", "--min-confidence", "--overrides", "--span-strings" };
     uint32_t seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -429,6 +431,8 @@ static int cli(int argc, char **argv)
             raw = 1;
         } else if (!strcmp(a, "--force-call")) {
             force_call = 1;
+        } else if (!strcmp(a, "--span-strings")) {
+            span_strings = 1;
         } else if (!strcmp(a, "--serve")) {
             serving = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -480,6 +484,9 @@ static int cli(int argc, char **argv)
     if (reply && (!query || raw || print_ids)) return hal_fail(2, "--reply goes with a constrained --query (not --raw or --ids)");
     if (judge_given && !((query && !raw && !print_ids) || serving))
         return hal_fail(2, "--min-confidence and --overrides go with a constrained --query or --serve");
+    if (span_strings && !(query && !raw && !print_ids))
+        return hal_fail(2, "--span-strings goes with a constrained --query (the service takes \"span_strings\" "
+                       "per request)");
     if ((raw || force_call) && !query)
         return hal_fail(2, "--raw and --force-call go with --tools and --query");
     if (raw && force_call) return hal_fail(2, "--force-call constrains the call and --raw turns the grammar off: choose one");
@@ -535,7 +542,7 @@ static int cli(int argc, char **argv)
 #endif
     if (query && !raw && !print_ids) {   /* a constrained call (retrieval, grammar, envelope) */
         const needle_call_options opt = { tools_json, tools_len, system, NULL, max_new, force_call, plain_markers,
-                                          (float)min_confidence / 1e6f, overrides };
+                                          (float)min_confidence / 1e6f, overrides, span_strings };
         return call_turn(tools, &opt, query, reply);
     }
     if (tools || query) {

@@ -264,6 +264,8 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
     if (n == NEEDLE_PROMPT_E_TEXT) return NEEDLE_CALL_E_ENGINE;   /* the query or system text, not the list */
     if (n < 0) return NEEDLE_CALL_E_TOOLS;
     if (needle_call_grammar(&grammar, tools, tools_len, opt->force_call, err, errcap)) return NEEDLE_CALL_E_TOOLS;
+    if (needle_grammar_set_query(&grammar, query, strlen(query), opt->span_strings, err, errcap))
+        return NEEDLE_CALL_E_ENGINE;     /* the query, not the list: nothing decoded */
     int32_t k = encode(text, (size_t)n, plain, n_plain, ids, err, errcap);
     if (k < 0) return NEEDLE_CALL_E_ENGINE;
     turn_at = 0;

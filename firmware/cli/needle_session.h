@@ -49,6 +49,9 @@ typedef struct {
     float min_confidence;     /* withhold a call below this confidence, in [0, 1] (0: none;
                                * NEEDLE_MIN_CONFIDENCE: the value recommended for this model) */
     int overrides;            /* NEEDLE_OVERRIDES_REFUSE (0) or NEEDLE_OVERRIDES_COMPLETE */
+    /* Added with span strings (docs/grammar.md §2a); zero keeps the earlier behaviour: */
+    int span_strings;         /* every free string argument is a span of the query (strings marked
+                               * "x-needle-span" are spans either way) */
 } needle_call_options;
 
 /* The minimum confidence recommended for this engine's model generation (docs/calibration.md),
@@ -61,7 +64,8 @@ typedef struct {
  * judged (needle_envelope_judge: env->error_code non-zero means do not act on the calls).
  * opt may be NULL (the built-in list, defaults).  Returns 0, or NEEDLE_CALL_E_* (a
  * min_confidence outside [0, 1] or an unknown overrides mode: NEEDLE_CALL_E_ENGINE,
- * nothing run). */
+ * nothing run; a query span strings cannot copy from, too long for NEEDLE_GRAMMAR_SPAN_MAX:
+ * NEEDLE_CALL_E_ENGINE with the message, nothing decoded). */
 int needle_call(const char *query, const needle_call_options *opt, needle_envelope *env, char *err,
                 size_t errcap);
 

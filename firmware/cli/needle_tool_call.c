@@ -245,6 +245,8 @@ static void describe(const needle_grammar *g, const needle_gnode *n, char *out)
             tb_str(&t, " of at least "); tb_u64(&t, (uint64_t)n->min_len); tb_str(&t, " characters");
         }
         if (n->n_item) tb_str(&t, " matching its pattern");
+        if (g->query && (n->unique || (g->span_all && !n->n_item && n->max_len != 0)))
+            tb_str(&t, " copied from the query");
     } else {
         tb_str(&t, n->kind == NG_ARR ? "an array" : "an object");
     }

@@ -17,6 +17,7 @@
 #define MAX_REPEAT        32
 #define MAX_CP            0x10FFFFu
 #define INF               0x3FFFFFFFu
+#define SPAN_KEY          "\"x-needle-span\""   /* our keyword: a string copied from the query */
 /* A node's shortest text is saturated here (schema.py MB_CAP): far above the 4096 bytes a call
  * list may hold, and low enough that no product or sum of them overflows 32 bits (minItems
  * 4096 of minItems 4096 of minLength 4096 once wrapped round to a few bytes). */
@@ -411,7 +412,8 @@ enum { TY_NONE = -1, TY_STRING, TY_INTEGER, TY_NUMBER, TY_BOOLEAN, TY_NULL, TY_A
 static int keyword_allowed(const char *t, size_t key, int ty)
 {
     static const char *const common[] = { "\"description\"", "\"title\"", "\"default\"", "\"examples\"",
-                                          "\"format\"", "\"$comment\"", "\"type\"", "\"enum\"", "\"const\"" };
+                                          "\"format\"", "\"$comment\"", "\"type\"", "\"enum\"", "\"const\"",
+                                          SPAN_KEY };
     static const char *const by_type[7][5] = {
         { "\"minLength\"", "\"maxLength\"", "\"pattern\"" },
         { "\"minimum\"", "\"maximum\"", "\"exclusiveMinimum\"", "\"exclusiveMaximum\"", "\"multipleOf\"" },
@@ -878,6 +880,12 @@ static int compile_string(ng_comp *c, size_t s, needle_gnode *n)
         return 0;
     }
     n->min_bytes = 2u + (uint32_t)n->min_len;
+    size_t sp = jv_get(t, s, SPAN_KEY);
+    if (sp != NONE && jv_is(t, sp, "true")) {
+        if (n->max_len == 0)
+            return fail(c, "\"x-needle-span\" needs maxLength of at least 1 (maxLength 0 admits only \"\")");
+        n->unique = 1;
+    }
     return 0;
 }
 
@@ -1121,6 +1129,22 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
             return fail(c, "type must be one of string, integer, number, boolean, null, array, object "
                            "(type lists are not supported)");
     }
+    size_t sp = jv_get(t, s, SPAN_KEY);
+    if (sp != NONE) {
+        if (!jv_is(t, sp, "true") && !jv_is(t, sp, "false")) return fail(c, "\"x-needle-span\" must be true or false");
+        if (jv_is(t, sp, "true")) {
+            static const char *const never[3] = { "\"enum\"", "\"const\"", "\"pattern\"" };
+            if (ty != TY_STRING)
+                return fail(c, "\"x-needle-span\" needs type string (it copies a span of the query into a string)");
+            for (int k = 0; k < 3; k++) {
+                if (jv_get(t, s, never[k]) == NONE) continue;
+                fail(c, "\"x-needle-span\" cannot be combined with ");
+                err_s(&c->e, never[k]);
+                err_s(&c->e, " (a span is any text of the query): drop one of them");
+                return -1;
+            }
+        }
+    }
     size_t key, val;
     for (uint32_t k = 0; jv_member(t, s, k, &key, &val); k++) {
         if (keyword_allowed(t, key, ty)) continue;
@@ -1363,6 +1387,80 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
 
 uint32_t needle_grammar_list_min(const needle_grammar *g) { return g->node[0].min_bytes; }
 
+static uint8_t span_query[NEEDLE_GRAMMAR_SPAN_MAX];   /* the query span strings copy from */
+
+static int span_start(const uint8_t *q, uint32_t s);
+static int span_end(const uint8_t *q, uint32_t len, uint32_t e);
+
+/* 1: g has span strings for this switch and query; 0: none; -1: refused (err). */
+static int span_check(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                      size_t errcap)
+{
+    ng_err e = { err, err ? errcap : 0u, 0u };
+    if (e.cap) err[0] = 0;
+    int any = 0;
+    uint32_t need_fail = 0;
+    for (uint32_t i = 0; i < g->n_node; i++) {
+        const needle_gnode *n = &g->node[i];
+        if (n->kind == NG_STR && (n->unique || (span_all && !n->n_item && n->max_len != 0))) any = 1;
+    }
+    if (!query || !any) return 0;
+    if (len > NEEDLE_GRAMMAR_SPAN_MAX) {
+        err_s(&e, "the query is ");
+        err_u(&e, len);
+        err_s(&e, " bytes, more than the ");
+        err_u(&e, NEEDLE_GRAMMAR_SPAN_MAX);
+        err_s(&e, " span strings copy from (NEEDLE_GRAMMAR_SPAN_MAX): shorten it, or raise grammar.span_bytes "
+                  "in the board file");
+        return -1;
+    }
+    /* each minLength needs a span of exactly that many plain ASCII characters between words,
+     * the shortest a span string then writes (the tables count one byte a character) */
+    const uint8_t *q = (const uint8_t *)query;
+    for (uint32_t i = 0; i < g->n_node; i++) {
+        const needle_gnode *n = &g->node[i];
+        if (n->kind != NG_STR || !(n->unique || (span_all && !n->n_item && n->max_len != 0))) continue;
+        uint32_t m = (uint32_t)n->min_len;
+        if (m == 0) continue;
+        int found = 0;
+        for (uint32_t s = 0; !found && s + m <= len; s++) {
+            uint32_t j = 0;
+            while (j < m && q[s + j] >= 0x20u && q[s + j] < 0x7Fu && q[s + j] != '"' && q[s + j] != '\\') j++;
+            found = j == m && span_start(q, s) && span_end(q, (uint32_t)len, s + m);
+        }
+        if (found) continue;
+        if (need_fail == 0 || m < need_fail) need_fail = m;
+    }
+    if (need_fail) {
+        err_s(&e, "the query holds no span of exactly ");
+        err_u(&e, need_fail);
+        err_s(&e, " plain ASCII characters between words, which a span string's minLength ");
+        err_u(&e, need_fail);
+        err_s(&e, " needs: lower minLength, or turn the span off");
+        return -1;
+    }
+    return 1;
+}
+
+int needle_grammar_check_query(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                               size_t errcap)
+{
+    return span_check(g, query, len, span_all, err, errcap) < 0 ? -1 : 0;
+}
+
+int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                             size_t errcap)
+{
+    int rc = span_check(g, query, len, span_all, err, errcap);
+    if (rc < 0) return -1;
+    if (rc == 0) { g->query = NULL; g->query_len = 0; g->span_all = 0; return 0; }
+    memcpy(span_query, query, len);
+    g->query = span_query;
+    g->query_len = (uint32_t)len;
+    g->span_all = span_all != 0;
+    return 0;
+}
+
 size_t needle_grammar_ram_bytes(const needle_grammar *g)
 {
 #if NEEDLE_GRAMMAR_RUNTIME
@@ -1473,7 +1571,88 @@ static int str_char(const needle_grammar *g, needle_gframe *f, uint32_t cp)
 
 static int hexval(uint8_t b) { return b >= '0' && b <= '9' ? b - '0' : b >= 'a' && b <= 'f' ? b - 'a' + 10 : -1; }
 
+/* ---- span strings (docs/grammar.md §2a; grammar.py span_rest, _feed_span) */
+
+static int is_span(const needle_grammar *g, const needle_gnode *n)
+{
+    return g->query && n->kind == NG_STR && (n->unique || (g->span_all && !n->n_item && n->max_len != 0));
+}
+
+static uint32_t utf8_len(uint8_t b) { return b < 0x80u ? 1u : b < 0xE0u ? 2u : b < 0xF0u ? 3u : 4u; }
+
+/* A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character. */
+static int is_word(uint8_t b)
+{
+    return b >= 0x80u || (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
+}
+
+/* May a span start at q[s] (s < len) / end before q[e] (e > 0): not inside a word. */
+static int span_start(const uint8_t *q, uint32_t s) { return s == 0 || !is_word(q[s - 1u]) || !is_word(q[s]); }
+static int span_end(const uint8_t *q, uint32_t len, uint32_t e)
+{
+    return e == len || !is_word(q[e - 1u]) || !is_word(q[e]);
+}
+
+/* Fewest bytes that finish span string frame f (phase 1) before its closing quote (0: the quote
+ * may come now): the character in progress, then characters copied on from some place of the
+ * query that holds the bytes so far and starts a word, up to minLength characters and the end
+ * of a word, within maxLength (INF: none). */
+static uint32_t span_rest(const needle_grammar *g, const needle_gframe *f)
+{
+    const needle_gnode *n = N(g, f);
+    const uint8_t *q = g->query;
+    uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32), pend = f->need;
+    uint32_t chars = f->count + (pend ? 1u : 0u), best = INF, need = (uint32_t)n->min_len;
+    for (uint32_t s = s0; s + k <= len; s++) {
+        if ((k && !span_start(q, s)) || memcmp(q + s, q + s0, k)) continue;
+        for (uint32_t j = s + k + pend, c = chars; j <= len;) {
+            if (c >= need && (j == s || span_end(q, len, j))) {
+                if (j - s - k < best) best = j - s - k;
+                break;
+            }
+            if (j == len || q[j] < 0x20u || q[j] == '"' || q[j] == '\\' || (n->max_len >= 0 && c >= (uint32_t)n->max_len))
+                break;
+            j += utf8_len(q[j]);
+            c++;
+        }
+    }
+    return best;
+}
+
+static int feed_str_plain(const needle_grammar *g, needle_gframe *f, uint8_t b);
+
+/* Inside a span string: what the plain string takes, if the query continues the bytes so far
+ * with b at the start of a word or inside one, and the string can still be finished at the end
+ * of a word from there; the quote where one ends.  No escapes. */
+static int feed_span(const needle_grammar *g, needle_gframe *f, uint8_t b)
+{
+    if (b == '\\') return 0;
+    needle_gframe t = *f;
+    if (!feed_str_plain(g, &t, b)) return 0;
+    if (b == '"') {
+        if (span_rest(g, f) != 0) return 0;
+        *f = t;
+        return 1;
+    }
+    const uint8_t *q = g->query;
+    uint32_t len = g->query_len, s0 = (uint32_t)f->set, k = (uint32_t)(f->set >> 32);
+    for (uint32_t s = s0; s + k < len; s++) {
+        if (q[s + k] != b || !span_start(q, s) || memcmp(q + s, q + s0, k)) continue;
+        t.set = (uint64_t)s | (uint64_t)(k + 1u) << 32;
+        if (span_rest(g, &t) == INF) return 0;
+        *f = t;
+        return 1;
+    }
+    return 0;
+}
+
 static int feed_str(const needle_grammar *g, needle_gframe *f, uint8_t b)
+{
+    if (f->phase == 1 && is_span(g, N(g, f))) return feed_span(g, f, b);
+    return feed_str_plain(g, f, b);
+}
+
+static int feed_str_plain(const needle_grammar *g, needle_gframe *f, uint8_t b)
 {
     const needle_gnode *n = N(g, f);
     if (f->phase == 0) { if (b != '"') return 0; f->phase = 1; return 1; }
@@ -1748,6 +1927,10 @@ static uint32_t str_rest(const needle_grammar *g, const needle_gframe *f)
     const needle_gnode *n = N(g, f);
     if (f->phase == 0) return n->min_bytes;
     if (f->phase == 2) return 0;
+    if (is_span(g, n)) {
+        uint32_t r = span_rest(g, f);
+        return r == INF ? INF : r + 1u;
+    }
     static const uint8_t esc_pending[6] = { 0, 1, 4, 3, 2, 1 };
     uint32_t pending = f->need ? f->need : esc_pending[f->esc];
     if (n->n_item) {

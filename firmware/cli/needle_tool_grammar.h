@@ -33,6 +33,9 @@
 #ifndef NEEDLE_GRAMMAR_MAX_RANGES
 #define NEEDLE_GRAMMAR_MAX_RANGES 1024u          /* character ranges of the pattern items */
 #endif
+#ifndef NEEDLE_GRAMMAR_SPAN_MAX
+#define NEEDLE_GRAMMAR_SPAN_MAX   1024u          /* bytes of the query span strings copy from */
+#endif
 /* 0 (board file [grammar] runtime = false): the firmware takes only its built-in list, whose
  * tables are in flash; nothing calls needle_grammar_compile, so the linker drops it and its
  * store (bare metal: --gc-sections). */
@@ -56,7 +59,7 @@ typedef struct {
 
 typedef struct {
     uint8_t kind;
-    uint8_t unique;         /* ARR: uniqueItems */
+    uint8_t unique;         /* ARR: uniqueItems; STR: "x-needle-span" (a span of the query) */
     uint16_t n_ref;         /* LIT: values; CALL: tool names; OBJ: keys */
     uint16_t ref0;          /* first of them in refs[] */
     uint16_t child;         /* ARR, CALLS: the item node */
@@ -95,6 +98,11 @@ typedef struct {
     int force_call;
     const int32_t *tool_ppm;   /* each tool's "x-needle-min-confidence" in parts per million, -1: none
                                 * (docs/grammar.md §5a) */
+    /* the turn's query, the source of span strings (docs/grammar.md §2a): set by
+     * needle_grammar_set_query (NULL: none; a compile or a flash view starts without) */
+    const uint8_t *query;
+    uint32_t query_len;
+    int span_all;              /* every free string is a span (the span_strings switch) */
 } needle_grammar;
 
 /* One open JSON value (the fields of generator/tools/grammar.py's frame tuples). */
@@ -109,7 +117,8 @@ typedef struct {
     uint32_t count;         /* ARR/CALLS: items; STR: characters; INT/NUM: digits before the point */
     uint32_t cp;
     uint64_t mask;          /* LIT, CALL: candidates; ARR: enum values used; OBJ: keys seen */
-    uint64_t set;           /* STR: pattern positions; OBJ: key candidates */
+    uint64_t set;           /* STR: pattern positions, or for a span string s0 | k << 32 (the k bytes
+                             * so far are query[s0..s0+k), s0 the smallest); OBJ: key candidates */
     int64_t p;              /* INT/NUM: the digits as an integer */
 } needle_gframe;
 
@@ -131,6 +140,19 @@ int needle_grammar_compile(needle_grammar *g, const char *tools_json, size_t len
 /* RAM its tables take: the store's size for a grammar compiled at run time, 0 for tables
  * in flash. */
 size_t needle_grammar_ram_bytes(const needle_grammar *g);
+
+/* Make query[0..len) the source of g's span strings for the turns that follow (docs/grammar.md
+ * §2a): the strings marked "x-needle-span", and with span_all every string without a pattern
+ * that admits text.  The bytes are copied into the library's one static buffer
+ * (NEEDLE_GRAMMAR_SPAN_MAX bytes), so a results turn keeps its call's query.  NULL, or a list
+ * without span strings: none (g->query NULL).  Returns 0, or -1 with one line in err (g
+ * unchanged): a query longer than NEEDLE_GRAMMAR_SPAN_MAX, or without minLength plain ASCII
+ * characters in a row for a span string that needs them. */
+int needle_grammar_set_query(needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                             size_t errcap);
+/* The checks of needle_grammar_set_query alone: 0, or -1 with its message (nothing changed). */
+int needle_grammar_check_query(const needle_grammar *g, const char *query, size_t len, int span_all, char *err,
+                               size_t errcap);
 
 void needle_grammar_start(const needle_grammar *g, needle_gstate *s);
 /* Feed one byte: 0 and *s updated, or -1 (and *s unchanged in meaning: do not use it). */

@@ -318,6 +318,7 @@ typedef struct {
     int cont, has_cont;           /* "continue": a query appended to the session (default: a fresh one) */
     uint32_t min_confidence;      /* "min_confidence" in parts per million (has_judge & 1) */
     int overrides, has_judge;     /* "overrides" (has_judge & 2) */
+    int span_strings, has_span;   /* "span_strings" (docs/grammar.md §2a) */
     const char *problem;          /* the first error that is not a syntax error */
 } request;
 
@@ -543,7 +544,7 @@ static const char *key_shown(const char *key, size_t len)
 }
 
 static const char KEYS[] = "prompt, query, results, tools, system, date, max_new, plain_markers, raw, force_call, "
-                           "continue, min_confidence, overrides, reset, id";
+                           "continue, min_confidence, overrides, span_strings, reset, id";
 
 /* A text value: a string without U+0000, decoded in place. */
 static char *text_value(json *j, request *r, const char *key, size_t *len)
@@ -567,7 +568,7 @@ static void parse_request(json *j, request *r)
 {
     static const char *const names[] = { "prompt", "query", "tools", "system", "max_new", "plain_markers",
                                          "reset", "id", "raw", "force_call", "results", "date", "continue",
-                                         "min_confidence", "overrides" };
+                                         "min_confidence", "overrides", "span_strings" };
     unsigned seen = 0;
     memset(r, 0, sizeof *r);
     ws(j);
@@ -645,7 +646,7 @@ static void parse_request(json *j, request *r)
                         problem(r, "\"reset\" takes true (or leave it out)");
                     r->reset = 1;
                 } else if (!strcmp(name, "plain_markers") || !strcmp(name, "raw") || !strcmp(name, "force_call")
-                           || !strcmp(name, "continue")) {
+                           || !strcmp(name, "continue") || !strcmp(name, "span_strings")) {
                     if (jvalue(j)) return;
                     size_t n = (size_t)(j->p - start);
                     int yes = n == 4 && !memcmp(start, "true", 4), no = n == 5 && !memcmp(start, "false", 5);
@@ -653,6 +654,7 @@ static void parse_request(json *j, request *r)
                     if (!strcmp(name, "raw")) { r->raw = yes; r->has_raw = 1; }
                     else if (!strcmp(name, "force_call")) { r->force_call = yes; r->has_force_call = 1; }
                     else if (!strcmp(name, "continue")) { r->cont = yes; r->has_cont = 1; }
+                    else if (!strcmp(name, "span_strings")) { r->span_strings = yes; r->has_span = 1; }
                     else { r->plain_markers = yes; r->has_plain_markers = 1; }
                 } else {   /* id: a string or an integer, echoed as written */
                     if (*start == '"') {
@@ -870,13 +872,21 @@ static char *call_tools = tools_a, *next_tools = tools_b;
 static size_t call_tools_len, next_tools_len;
 static int call_force, next_force;
 
+static const uint8_t *call_query;     /* the span strings' query of that call (needle_grammar_set_query) */
+static uint32_t call_query_len;
+static int call_span_all;
+
 /* A constrained query refused before anything ran: the session as it was, its last call
  * answerable again when it was (reopen). */
 static void restore_call(int reopen)
 {
     char err[256];
-    if (reopen && !needle_call_grammar(&grammar, call_tools, call_tools_len, call_force, err, sizeof err))
+    if (reopen && !needle_call_grammar(&grammar, call_tools, call_tools_len, call_force, err, sizeof err)) {
+        grammar.query = call_query;      /* the buffer still holds it: only an accepted query replaces it */
+        grammar.query_len = call_query_len;
+        grammar.span_all = call_span_all;
         call_open = 1;
+    }
 }
 
 /* The query is accepted: its list is the one "results" will answer. */
@@ -1036,6 +1046,10 @@ static void handle(writer *w, size_t len)
         answer_error(w, &r, "\"force_call\" constrains the call and \"raw\" turns the grammar off: choose one");
         return;
     }
+    if (r.has_span && !(r.query && !r.raw)) {
+        answer_error(w, &r, "\"span_strings\" goes with a constrained \"query\" (\"results\" keeps the query's)");
+        return;
+    }
     if (r.has_judge && !((r.query && !r.raw) || r.results)) {
         answer_error(w, &r, "\"min_confidence\" and \"overrides\" go with a constrained \"query\" or with \"results\"");
         return;
@@ -1113,6 +1127,11 @@ static void handle(writer *w, size_t len)
             restore_call(reopen);
             return;
         }
+        if (!r.raw && needle_grammar_check_query(&grammar, r.query, strlen(r.query), r.span_strings, err, sizeof err)) {
+            answer_error(w, &r, "\"query\": %s", as_request_keys(err));
+            restore_call(reopen);
+            return;
+        }
         prompt_text = prompt;
         prompt_len = (size_t)n;
     } else if (prompt_len == 0) {
@@ -1149,6 +1168,11 @@ static void handle(writer *w, size_t len)
         pending = -1;
     }
     if (call) {
+        char err[256];     /* checked above: it cannot fail now */
+        needle_grammar_set_query(&grammar, r.query, strlen(r.query), r.span_strings, err, sizeof err);
+        call_query = grammar.query;
+        call_query_len = grammar.query_len;
+        call_span_all = grammar.span_all;
         accept_call_tools();
         answer_turn(w, &r, ids, fed);
         return;

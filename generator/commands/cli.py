@@ -133,12 +133,13 @@ def cmd_call(args) -> int:
     from generator.model.needle2 import Needle2
     from generator.model.needle3 import Needle3
     from generator.tools.decode import run_turn
-    from generator.tools.schema import compile_tools
+    from generator.tools.schema import compile_tools, set_query
     try:
         text = Path(args.tools).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CactError(f"cannot read {args.tools}: {getattr(exc, 'strerror', None) or exc}") from None
     g = compile_tools(text, force_call=args.force_call)
+    set_query(g, args.query, args.span_strings)
     a = reader.read(args.archive)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
@@ -156,7 +157,8 @@ def cmd_call(args) -> int:
 def cmd_eval(args) -> int:
     from generator.commands import evaluate
     modes = ["float", "a8"] if args.mode == "both" else [args.mode]
-    grammars = ["on", "off"] if args.grammar == "both" else [args.grammar]
+    grammars = ["on", "off"] if args.grammar == "both" else ["on", "span"] if args.grammar == "on+span" \
+        else [args.grammar]
     return evaluate.run_reference(args.archive, args.data, modes, grammars, args.max_new,
                                   args.limit, args.json)
 
@@ -233,6 +235,8 @@ def main(argv: Sequence[str] | None = None,
     s.add_argument("--date", metavar="TEXT|now", help="the system facts' date fact (docs/prompt.md)")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N")
     s.add_argument("--force-call", action="store_true", help="the answer is a call (at least one)")
+    s.add_argument("--span-strings", action="store_true",
+                   help="every free string argument is a span of the query (docs/grammar.md §2a)")
     s.set_defaults(fn=cmd_call)
 
     s = sub.add_parser("eval", help="task accuracy: the reference's calls on held-out examples, with the "
@@ -242,8 +246,10 @@ def main(argv: Sequence[str] | None = None,
                    help="JSON lines: {\"tools\": [...], \"query\": \"...\", \"calls\": [...]}")
     s.add_argument("--mode", choices=("float", "a8", "both"), default="a8",
                    help="numerics of the reference (default a8, what every engine computes)")
-    s.add_argument("--grammar", choices=("on", "off", "both"), default="both",
-                   help="constrained decoding (on), plain greedy like needle --raw (off), or both (default)")
+    s.add_argument("--grammar", choices=("on", "off", "both", "span", "on+span"), default="both",
+                   help="constrained decoding (on), plain greedy like needle --raw (off), or both (default); "
+                        "span: on with every free string a span of the query (needle --span-strings); "
+                        "on+span: on and span side by side")
     s.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N", help="tokens per answer (default 96)")
     s.add_argument("--json", metavar="OUT", help="write the metrics and every prediction")

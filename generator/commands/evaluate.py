@@ -51,7 +51,9 @@ DEFAULT_TIMEOUT = 600      # seconds one engine run may take (a watch under qemu
 DEFAULT_DATA = "demo/eval/heldout.jsonl"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 METRICS = ("exact_match", "decision", "json_valid", "schema_valid")
-GRAMMARS = {"on": True, "off": False}
+# grammar settings: the call grammar on, off (--raw), or on with every free string a span of the
+# query (--span-strings; docs/grammar.md §2a)
+GRAMMARS = {"on": True, "off": False, "span": "span"}
 
 
 # ---- the held-out examples ----------------------------------------------------------------
@@ -310,9 +312,14 @@ class Reference:
     def answer(self, ex: Example, grammar: bool, max_new: int) -> str:
         """The model's text for the example: the envelope's text, or the --raw text."""
         from generator.tools.decode import raw_turn, run_turn
+        from generator.tools.schema import set_query
         ids = self.prompt_ids(ex)
         if grammar:
-            return run_turn(self.model, self.tok, ex.grammar, ids, max_new)["text"]
+            set_query(ex.grammar, ex.query, span_all=grammar == "span")
+            try:
+                return run_turn(self.model, self.tok, ex.grammar, ids, max_new)["text"]
+            finally:
+                set_query(ex.grammar, None)
         return self.tok.decode(raw_turn(self.model, ids, max_new))
 
 
@@ -364,6 +371,7 @@ class Engine:
             budget = max(1, min(budget, max_seq - len(self.reference.prompt_ids(ex))))
         args = [] if self.builtin else ["--tools", "tools.json"]
         args += ["--query", ex.query, "--max-new", str(budget)] + ([] if grammar else ["--raw"])
+        args += ["--span-strings"] if grammar == "span" else []
         if not self.builtin:
             Path(self.work, "tools.json").write_text(ex.tools_text, encoding="utf-8")
         proc = self.runner.run(args, cwd=self.work, timeout=self.timeout,

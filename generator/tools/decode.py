@@ -164,7 +164,7 @@ class Decoder:
             "argument": args.keys[prop][1:-1].decode("utf-8") if prop >= 0 else None,
             "wanted": piece_text(self.tok, want),
             "allowed": gm.allowed_text(self.g, self.state),
-            "schema": gm.describe(self.g.nodes[self.state[-1][1]]) if place == gm.AT_VALUE else None,
+            "schema": gm.describe(self.g.nodes[self.state[-1][1]], self.g) if place == gm.AT_VALUE else None,
         }
 
     def push(self, t: int, nxt) -> None:

@@ -24,7 +24,8 @@ Frames (tuples; the C ``needle_gframe`` has the same fields):
 * ``(STR, node, phase, nch, esc, need, cp, lo, hi, nfa)``: phase 0 before ``"``, 1 inside, 2
   closed; nch characters so far; esc 0 (none), 1 after ``\\``, 2..4 after ``\\u``, ``\\u0``,
   ``\\u00``, 5 after ``\\u00`` and one hex digit; need/cp/lo/hi a UTF-8 character in progress;
-  nfa the pattern's position set.
+  nfa the pattern's position set, or for a span string (docs/grammar.md §2a) ``s0 | k << 32``:
+  the k bytes written so far are query[s0:s0+k], s0 the smallest such offset.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 from generator.tools import regex as rx
 from generator.tools.schema import (ARR, BIG, CALL, CALL_HEAD, CALL_MID, CALLS, INF, INT, LIT, MAX_DECIMALS,
                                     MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR,
-                                    number_min_extra)
+                                    is_span, number_min_extra)
 
 _SHORT_ESC = {0x22: 0x22, 0x5C: 0x5C, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
 _SHORT_CTRL = (0x08, 0x09, 0x0A, 0x0C, 0x0D)
@@ -125,8 +126,72 @@ def _ctrl_ok(node, f, lo: int, hi: int) -> bool:
     return False
 
 
-def _feed_str(node, f, b: int):
+def _utf8_len(b: int) -> int:
+    return 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+
+
+def _word(b: int) -> bool:
+    """A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character."""
+    return b >= 0x80 or 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A
+
+
+def span_start(q: bytes, s: int) -> bool:
+    """May a span start at q[s] (s < len(q)): not inside a word."""
+    return s == 0 or not _word(q[s - 1]) or not _word(q[s])
+
+
+def span_end(q: bytes, e: int) -> bool:
+    """May a span end before q[e] (e > 0): not inside a word."""
+    return e == len(q) or not _word(q[e - 1]) or not _word(q[e])
+
+
+def span_rest(g, node, f) -> int:
+    """Fewest bytes that finish span string frame f (phase 1) before its closing quote (0: the
+    quote may come now): the rest of the character in progress, then characters copied on
+    from some place of the query that holds the bytes written so far and starts a word, up to
+    minLength characters and the end of a word, within maxLength (INF: none)."""
+    q, s0, k = g.query, f[9] & 0xFFFFFFFF, f[9] >> 32
+    n, pend = len(q), f[5]
+    chars = f[3] + (1 if pend else 0)
+    best = INF
+    for s in range(s0, n - k + 1):
+        if (k and not span_start(q, s)) or q[s:s + k] != q[s0:s0 + k]:
+            continue
+        j, c = s + k + pend, chars
+        while j <= n:
+            if c >= node.min_len and (j == s or span_end(q, j)):
+                best = min(best, j - s - k)
+                break
+            if j == n or q[j] < 0x20 or q[j] in (0x22, 0x5C) or 0 <= node.max_len <= c:
+                break
+            j += _utf8_len(q[j])
+            c += 1
+    return best
+
+
+def _feed_span(g, node, f, b: int):
+    """A span string inside its quotes: what the plain string takes, if the query continues the
+    bytes so far with b at the start of a word or inside one, and the string can still be
+    finished at the end of a word from there; the quote where one ends."""
+    if b == 0x5C:
+        return None              # no escapes: '"', '\\' and controls are never copied
+    nf = _feed_str(g, node, f, b, False)
+    if nf is None:
+        return None
+    if b == 0x22:
+        return nf if span_rest(g, node, f) == 0 else None
+    q, s0, k = g.query, f[9] & 0xFFFFFFFF, f[9] >> 32
+    for s in range(s0, len(q) - k):
+        if q[s + k] == b and span_start(q, s) and q[s:s + k] == q[s0:s0 + k]:
+            nf = nf[:9] + (s | (k + 1) << 32,)
+            return nf if span_rest(g, node, nf) < INF else None
+    return None
+
+
+def _feed_str(g, node, f, b: int, span_check: bool = True):
     phase, esc, need = f[2], f[4], f[5]
+    if span_check and phase == 1 and is_span(g, node):
+        return _feed_span(g, node, f, b)
     if phase == 0:
         return (STR,) + f[1:2] + (1,) + f[3:] if b == 0x22 else None
     if phase != 1:
@@ -244,7 +309,7 @@ def _feed_top(g, st: list, b: int) -> bool:
     f = st[-1]
     k, node = f[0], g.nodes[f[1]]
     if k == STR:
-        nf = _feed_str(node, f, b)
+        nf = _feed_str(g, node, f, b)
     elif k in (INT, NUM):
         nf = _feed_num(node, f, b)
     elif k == LIT:
@@ -386,12 +451,14 @@ def _pending_chars(f) -> list:
     return [(1, max(lo, base), min(hi, base + 15)) for lo, hi in _LONG_CTRL if lo <= base + 15 and base <= hi]
 
 
-def _str_rest(node, f) -> int:
+def _str_rest(g, node, f) -> int:
     phase = f[2]
     if phase == 0:
         return node.min_bytes
     if phase == 2:
         return 0
+    if is_span(g, node):
+        return span_rest(g, node, f) + 1
     esc, need = f[4], f[5]
     pending = need if need else {0: 0, 1: 1, 2: 4, 3: 3, 4: 2, 5: 1}[esc]
     if node.pattern:
@@ -426,7 +493,7 @@ def _frame_rest(g, f) -> int:
     if k in (INT, NUM):
         return number_min_extra(node, f[2], f[3], f[4], f[5], f[2])
     if k == STR:
-        return _str_rest(node, f)
+        return _str_rest(g, node, f)
     if k in (CALLS, ARR):
         phase, count = f[2], f[3]
         if phase == 0:
@@ -532,8 +599,9 @@ def _units(v: int, scale: int) -> str:
     return f"{sign}{whole}" + (f".{text}" if text else "")
 
 
-def describe(node) -> str:
-    """What a schema node allows, in words, for a refusal (twin of the C describe())."""
+def describe(node, g=None) -> str:
+    """What a schema node allows, in words, for a refusal (twin of the C describe()); with the
+    grammar g, a span string says so."""
     k = node.kind
     if k in (INT, NUM):
         scale = 1 if k == INT else 10 ** MAX_DECIMALS
@@ -558,7 +626,8 @@ def describe(node) -> str:
             what += f" of {node.min_len} to {node.max_len} characters"
         elif node.min_len > 0:
             what += f" of at least {node.min_len} characters"
-        return what + (" matching its pattern" if node.pattern else "")
+        return what + (" matching its pattern" if node.pattern else "") + \
+            (" copied from the query" if g is not None and is_span(g, node) else "")
     return "an array" if k == ARR else "an object"
 
 

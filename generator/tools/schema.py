@@ -37,6 +37,8 @@ MAX_INT_DIGITS = 18     # digits of an "integer"
 MAX_NUM_INT_DIGITS = 12  # digits before the point of a "number"
 BIG = 10 ** 18 - 1      # bounds are clamped to [-BIG, BIG] (in units of the node's scale)
 NUM_SCALE = 10 ** MAX_DECIMALS
+SPAN_MAX = 1024         # bytes of the query a span string copies from (NEEDLE_GRAMMAR_SPAN_MAX)
+SPAN_KEY = "x-needle-span"  # our schema keyword: a string copied from the query (docs/grammar.md §2a)
 CALL_MAX_JSON = 4096    # bytes of the call list an envelope keeps (NEEDLE_CALL_MAX_JSON)
 MB_CAP = 32768          # a node's shortest text is saturated here (far above any call that fits;
                         # the C twin's 32-bit sums never overflow)
@@ -64,7 +66,7 @@ def supported_keywords(tname: str | None) -> str:
     if tname is None:
         return f"{SUPPORTED_ANY}; per type: docs/grammar.md"
     return f"{SUPPORTED_FOR[tname]}; type, enum, const, annotations" if SUPPORTED_FOR[tname] else SUPPORTED_ANY
-_ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment"}
+_ANNOTATIONS = {"description", "title", "default", "examples", "format", "$comment", SPAN_KEY}
 _BY_TYPE = {t: {w.split(" ")[0] for w in words.split(", ")} if words else set()
             for t, words in SUPPORTED_FOR.items()}     # the keywords each type takes
 
@@ -186,7 +188,7 @@ class Node:
     mult: int = 1                                 # INT/NUM: multipleOf in units
     min_len: int = 0                              # STR: characters; ARR: items
     max_len: int = -1                             # STR: characters; ARR: items (-1: none)
-    unique: bool = False                          # ARR
+    unique: bool = False                          # ARR: uniqueItems; STR: "x-needle-span"
     child: int = -1                               # ARR: item node; CALLS: the CALL node
     pattern: list = field(default_factory=list)   # STR: [(kind, negate, ranges)]
     keys: list = field(default_factory=list)      # OBJ: property keys (raw JSON string bytes)
@@ -204,6 +206,8 @@ class Grammar:
     tools_json: str           # the minified list (what the prompt renders)
     tool_names: list
     tool_ppm: list = field(default_factory=list)   # each tool's "x-needle-min-confidence" (ppm), -1: none
+    query: bytes | None = None    # the turn's query, the source of span strings (set_query)
+    span_all: bool = False        # every free string is a span (the span_strings switch)
 
     def describe(self) -> dict:
         """Table sizes, as the C twin reports them (needle --grammar-info)."""
@@ -238,6 +242,18 @@ class _Compiler:
             raise CactError(f"{where}: type must be one of {', '.join(_BY_TYPE)} "
                             f"(type lists are not supported)")
         tname = typ.value if typ is not None else None
+        span = s.get(SPAN_KEY)
+        if span is not None:
+            if span.kind != "lit" or span.value == "null":
+                raise CactError(f'{where}: "{SPAN_KEY}" must be true or false')
+            if span.value == "true":
+                if tname != "string":
+                    raise CactError(f'{where}: "{SPAN_KEY}" needs type string (it copies a span of the query '
+                                    f'into a string)')
+                for k in ("enum", "const", "pattern"):
+                    if s.get(k) is not None:
+                        raise CactError(f'{where}: "{SPAN_KEY}" cannot be combined with "{k}" (a span is any '
+                                        f'text of the query): drop one of them')
         allowed = set(_ANNOTATIONS) | {"type", "enum", "const"}
         if tname:
             allowed |= _BY_TYPE[tname]
@@ -351,6 +367,11 @@ class _Compiler:
                 node.max_len = 0
         else:
             node.min_bytes = 2 + node.min_len
+        span = s.get(SPAN_KEY)
+        if span is not None and span.value == "true":
+            if node.max_len == 0:
+                raise CactError(f'{where}: "{SPAN_KEY}" needs maxLength of at least 1 (maxLength 0 admits only "")')
+            node.unique = True
         return node
 
     def array(self, s: JVal, where: str, depth: int) -> int:
@@ -560,3 +581,44 @@ def number_min_extra(node, neg: int, P: int, ndig: int, frac: int, sign: int) ->
                     best = cost
                     break
     return -1 if best >= INF else best
+
+
+# ---- span strings (docs/grammar.md §2a) ------------------------------------------------------
+def is_span(g, node) -> bool:
+    """Is this STR node copied from the query in this turn: its "x-needle-span", or the
+    span_strings switch on a string with no pattern that admits text (twin of C is_span)."""
+    return g.query is not None and node.kind == STR and \
+        (node.unique or (g.span_all and not node.pattern and node.max_len != 0))
+
+
+def _short_span(q: bytes, m: int) -> bool:
+    """Does the query hold a span of m plain ASCII characters (no '"', no backslash) that
+    neither starts nor ends inside a word (the shortest a span string of minLength m writes)?"""
+    from generator.tools.grammar import span_end, span_start
+    if m == 0:
+        return True
+    for s in range(len(q) - m + 1):
+        if all(0x20 <= b < 0x7F and b not in (0x22, 0x5C) for b in q[s:s + m]) and span_start(q, s) \
+                and span_end(q, s + m):
+            return True
+    return False
+
+
+def set_query(g, query: str | None, span_all: bool = False) -> None:
+    """Make the turn's query the source of g's span strings (twin of needle_grammar_set_query).
+    Refused in one line (CactError, g unchanged) when a span string would need a longer query
+    than SPAN_MAX bytes, or a run of minLength plain ASCII characters the query does not hold
+    (the tables' shortest completions count one byte per character)."""
+    spans = [n for n in g.nodes if n.kind == STR and (n.unique or (span_all and not n.pattern and n.max_len != 0))]
+    if query is None or not spans:
+        g.query, g.span_all = None, False
+        return
+    q = query.encode("utf-8", "surrogatepass")
+    if len(q) > SPAN_MAX:
+        raise CactError(f"the query is {len(q)} bytes, more than the {SPAN_MAX} span strings copy from "
+                        f"(NEEDLE_GRAMMAR_SPAN_MAX): shorten it, or raise grammar.span_bytes in the board file")
+    for need in sorted({n.min_len for n in spans}):
+        if not _short_span(q, need):
+            raise CactError(f"the query holds no span of exactly {need} plain ASCII characters between words, "
+                            f"which a span string's minLength {need} needs: lower minLength, or turn the span off")
+    g.query, g.span_all = q, span_all

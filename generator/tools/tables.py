@@ -22,9 +22,10 @@ BOUNDS = {
     "literals": ("NEEDLE_GRAMMAR_MAX_REFS", 1024, "names, keys and enum values"),
     "pattern_items": ("NEEDLE_GRAMMAR_MAX_ITEMS", 512, "items of all patterns"),
     "pattern_ranges": ("NEEDLE_GRAMMAR_MAX_RANGES", 1024, "character ranges of the pattern items"),
+    "span_bytes": ("NEEDLE_GRAMMAR_SPAN_MAX", 1024, "bytes of the query span strings copy from"),
 }
 # the least a board may set: a call list needs its two top nodes and one name
-MINIMUM = {"text_bytes": 64, "nodes": 3, "literals": 1, "pattern_items": 1, "pattern_ranges": 1}
+MINIMUM = {"text_bytes": 64, "nodes": 3, "literals": 1, "pattern_items": 1, "pattern_ranges": 1, "span_bytes": 1}
 
 _TRAILER = b"\0truefalsenull\0"
 _BIG = 10 ** 18 - 1
