@@ -229,6 +229,7 @@ def test_c_api_refuses_bad_span_input_with_code_and_message(tmp_path):
     spans_of({"function_calls": json.loads(calls)}, "weather in Lagos")
 
 
+@pytest.mark.emulator
 def test_span_strings_on_a_watch_equal_the_twin(tmp_path, board_runner):
     """watch-m4 under qemu-system-arm, the list built in: --span-strings gives the twin's call."""
     from generator.build import boards
