@@ -46,6 +46,7 @@ SIGNATURE_SOURCES = ("generator/__init__.py", "generator/paths.py", "generator/e
                      "generator/archive/quant.py", "generator/archive/reader.py",
                      "generator/archive/roles.py", "generator/archive/tokenizer.py",
                      "generator/model/numerics.py", "generator/model/geometry.py",
+                     "generator/model/calibration.py",  # NEEDLE_MIN_CONFIDENCE_PPM
                      "generator/codegen/*.py", "generator/build/__init__.py",
                      "generator/build/boards.py", "generator/tools/__init__.py",
                      "generator/tools/tables.py",      # boards.py checks [grammar] with it
