@@ -22,7 +22,7 @@ from generator.errors import CactError
 from generator.tools import grammar as gm
 from generator.tools import schema as sc
 from generator.tools.schema import compile_tools, set_query
-from host_tests.test_tool_call import CANDIDATES, python_driver, random_tools
+from host_tests.test_tool_call import python_driver, random_tools, walks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,27 +144,7 @@ def with_span_keywords(text: str, r: random.Random) -> str:
 
 def span_walks(g, q: bytes, r: random.Random, count: int) -> list:
     """Byte walks through the grammar, trying every byte (so a dead end would show)."""
-    cands = range(256)
-    out = []
-    for _ in range(count):
-        state, data = gm.start(g), bytearray()
-        limit = r.randint(5, 160)
-        while not gm.done(g, state):
-            options = []
-            for b in cands:
-                nxt = gm.feed(g, state, b)
-                if nxt is not None:
-                    options.append((gm.min_bytes(g, nxt), b, nxt))
-            assert options, data       # never a dead end
-            if len(data) > limit:
-                options.sort(key=lambda o: o[0])
-                options = [o for o in options if o[0] == options[0][0]]
-            _, b, state = r.choice(options)
-            data.append(b)
-        if r.random() < 0.3:
-            data.append(r.choice(cands))
-        out.append(bytes(data))
-    return out
+    return walks(g, r, count, cands=range(256), complete=True)
 
 
 @pytest.mark.parametrize("block", range(4))

@@ -133,19 +133,21 @@ CANDIDATES = list(b'{}[]",:-.0123456789eE \\/abcdntuxyzAZ_') + [0x00, 0x1F, 0x7F
                                                                    0xB7, 0xED, 0xF0, 0x9F, 0x98, 0x80, 0xFF]
 
 
-def walks(g, r: random.Random, count: int) -> list:
-    """Byte strings that follow the grammar (a random allowed byte each step, drifting to the
-    shortest completion as they grow), some with a random byte at the end."""
+def walks(g, r: random.Random, count: int, cands=CANDIDATES, complete: bool = False) -> list:
+    """Byte strings that follow the grammar (a random allowed byte of cands each step, drifting
+    to the shortest completion as they grow), some with a random byte at the end.  complete:
+    every step must allow some byte (cands: all 256, so a dead end would show)."""
     out = []
     for _ in range(count):
         state, data = gm.start(g), bytearray()
         limit = r.randint(5, 160)
         while not gm.done(g, state):
             options = []
-            for b in CANDIDATES:
+            for b in cands:
                 nxt = gm.feed(g, state, b)
                 if nxt is not None:
                     options.append((gm.min_bytes(g, nxt), b, nxt))
+            assert options or not complete, data       # never a dead end
             if not options:
                 break
             if len(data) > limit:
@@ -154,7 +156,7 @@ def walks(g, r: random.Random, count: int) -> list:
             _, b, state = r.choice(options)
             data.append(b)
         if r.random() < 0.3:
-            data.append(r.choice(CANDIDATES))
+            data.append(r.choice(cands))
         out.append(bytes(data))
     return out
 
