@@ -273,7 +273,7 @@ def test_scons_eval_on_the_host_matches_the_eval_command(demo_archive, a8_eval, 
     example by example (calls and whole texts), and the table has both."""
     proc = scons("board=host", "eval=1", f"eval_data={SAMPLE}", "eval_limit=4", f"archive={demo_archive}",
                  f"build={tmp_path / 'b'}")
-    assert "engine against the a8 reference: 0 of 8 runs differ" in proc.stdout, proc.stdout
+    assert "engine against the a8 reference: 0 of 12 runs differ" in proc.stdout, proc.stdout   # on, off, span
     table = [l.split() for l in proc.stdout.splitlines()]
     assert ["host", "on", "4", "0"] in [row[:4] for row in table]
     doc = json.loads((tmp_path / "b" / "eval.json").read_text())

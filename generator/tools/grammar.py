@@ -33,7 +33,7 @@ from __future__ import annotations
 from generator.tools import regex as rx
 from generator.tools.schema import (ARR, BIG, CALL, CALL_HEAD, CALL_MID, CALLS, INF, INT, LIT, MAX_DECIMALS,
                                     MAX_INT_DIGITS, MAX_NUM_INT_DIGITS, NUM, OBJ, STR,
-                                    is_span, number_min_extra)
+                                    is_span, number_min_extra, span_end, span_start)
 
 _SHORT_ESC = {0x22: 0x22, 0x5C: 0x5C, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
 _SHORT_CTRL = (0x08, 0x09, 0x0A, 0x0C, 0x0D)
@@ -128,21 +128,6 @@ def _ctrl_ok(node, f, lo: int, hi: int) -> bool:
 
 def _utf8_len(b: int) -> int:
     return 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-
-
-def _word(b: int) -> bool:
-    """A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character."""
-    return b >= 0x80 or 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A
-
-
-def span_start(q: bytes, s: int) -> bool:
-    """May a span start at q[s] (s < len(q)): not inside a word."""
-    return s == 0 or not _word(q[s - 1]) or not _word(q[s])
-
-
-def span_end(q: bytes, e: int) -> bool:
-    """May a span end before q[e] (e > 0): not inside a word."""
-    return e == len(q) or not _word(q[e - 1]) or not _word(q[e])
 
 
 def span_rest(g, node, f) -> int:

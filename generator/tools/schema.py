@@ -591,10 +591,24 @@ def is_span(g, node) -> bool:
         (node.unique or (g.span_all and not node.pattern and node.max_len != 0))
 
 
+def _word(b: int) -> bool:
+    """A byte of a word: an ASCII letter or digit, or any byte of a non-ASCII character."""
+    return b >= 0x80 or 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A
+
+
+def span_start(q: bytes, s: int) -> bool:
+    """May a span start at q[s] (s < len(q)): not inside a word."""
+    return s == 0 or not _word(q[s - 1]) or not _word(q[s])
+
+
+def span_end(q: bytes, e: int) -> bool:
+    """May a span end before q[e] (e > 0): not inside a word."""
+    return e == len(q) or not _word(q[e - 1]) or not _word(q[e])
+
+
 def _short_span(q: bytes, m: int) -> bool:
     """Does the query hold a span of m plain ASCII characters (no '"', no backslash) that
     neither starts nor ends inside a word (the shortest a span string of minLength m writes)?"""
-    from generator.tools.grammar import span_end, span_start
     if m == 0:
         return True
     for s in range(len(q) - m + 1):
