@@ -277,7 +277,7 @@ def test_scons_eval_on_the_host_matches_the_eval_command(demo_archive, a8_eval, 
     table = [l.split() for l in proc.stdout.splitlines()]
     assert ["host", "on", "4", "0"] in [row[:4] for row in table]
     doc = json.loads((tmp_path / "b" / "eval.json").read_text())
-    assert doc["engine"]["board"] == "host" and doc["engine"]["mismatches"]["runs"] == 8
+    assert doc["engine"]["board"] == "host" and doc["engine"]["mismatches"]["runs"] == 12   # 4 examples x on, off, span
     _, want = a8_eval
     assert len(doc["predictions"]) == 4
     for got, ref in zip(doc["predictions"], want["predictions"]):
