@@ -22,20 +22,11 @@ from generator.errors import CactError
 from generator.tools import grammar as gm
 from generator.tools import schema as sc
 from generator.tools.schema import compile_tools, set_query
-from host_tests.test_tool_call import python_driver, random_tools, walks
+from host_tests.test_tool_call import driver, python_driver, random_tools, walks  # noqa: F401 (driver: the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("span") / "grammar_driver"
-    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    f"-I{ROOT / 'firmware' / 'cli'}", str(ROOT / "host_tests" / "c" / "grammar_driver.c"),
-                    str(ROOT / "firmware" / "cli" / "needle_tool_grammar.c"),
-                    str(ROOT / "firmware" / "cli" / "tool_prompt.c"), "-o", str(exe)], check=True)
-    return exe
 
 
 def run_c(driver, tmp_path, text: str, force: bool, query: str | None, span_all: bool, cases: list) -> list:
