@@ -23,7 +23,7 @@ import archive_edit  # noqa: E402
 from generator.commands import synth  # noqa: E402
 
 
-# The tiers (README, "Tests"): every test is in at most one of them; a test in none of them
+# The tiers (docs/testing.md): every test is in at most one of them; a test in none of them
 # builds or runs on the host (gcc, clang, the sanitizers).
 TIERS = {
     "quick": "no build, no compiler, no emulator: Python and the references (pytest -m quick, under 60 s)",
@@ -44,7 +44,7 @@ def pytest_configure(config):
 # Each file's tier, for its tests that carry no tier mark of their own (a file's long tests are
 # marked slow where they are written).  A file that is in none builds or runs on the host.
 FILE_TIERS = {
-    "quick": ("test_calibrate", "test_cli_errors", "test_codegen", "test_demo_archive", "test_grammar", "test_inspect",
+    "quick": ("test_calibrate", "test_cli_errors", "test_codegen", "test_demo_archive", "test_docs_site", "test_grammar", "test_inspect",
               "test_layers", "test_packaging", "test_reader_malformed", "test_reference", "test_roundtrip", "test_runner",
               "test_task", "test_tokenizer", "test_workflow"),
     "emulator": ("test_boards", "test_debug_build", "test_flash", "test_flash_images", "test_kernels",
