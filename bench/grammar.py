@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--board", action="append", required=True, help="a board (repeatable)")
     ap.add_argument("--archive", default=str(TINY_GOLDEN),
                     help="the .cact archive (default: the tiny golden: random weights, so a forced call "
-                         "runs its whole budget, and the figures in README stay comparable)")
+                         "runs its whole budget, and the figures in docs/benchmarks.md stay comparable)")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench-grammar"), help="build directory")
     args = ap.parse_args(argv)
     print("per generated token: the model's own cost, the grammar's overhead (instructions; host: time); "

@@ -1,4 +1,4 @@
-"""Benchmarks of the generated engine (`scons bench=1` runs this; see README, Benchmarks).
+"""Benchmarks of the generated engine (`scons bench=1` runs this; docs/benchmarks.md).
 
 Two kinds, one JSON object each (the last line printed):
 

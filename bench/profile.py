@@ -8,11 +8,11 @@ logs each translated block's instructions once and names the function of every b
 executes; the difference of the two runs, divided by the extra steps, is what one decode
 step (prefill and decode of N/2 more tokens each) executes in each function, start-up
 cancelled. The counts are deterministic, as `bench.host.count_log`'s are. Used to choose
-what to vectorise (README, Benchmarks); it prints a table, then one JSON object.
+what to vectorise (docs/benchmarks.md); it prints a table, then one JSON object.
 
 `--calls __addsf3,__mulsf3` counts instead the calls into the named functions, by calling
 function and by call site (file:line): on the soft-float routers, which engine code issues
-the float operations (README, "Fewer float operations on the routers").
+the float operations (the commit log).
 """
 
 from __future__ import annotations

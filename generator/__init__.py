@@ -13,7 +13,7 @@ The stages, each a sub-package, import only the stages above them in this list:
 errors, paths and files are shared by every stage.  `python -m generator --help` lists the
 commands.  Benchmark drivers live in bench/, the tokenizer-corpus builders in
 tools/tokenizer/, all C text in templates/; they import generator, never the other way
-(host_tests/test_layers.py; README, "Layout").
+(host_tests/test_layers.py; docs/architecture.md, "Layout").
 """
 
 # The one place the version is set: pyproject.toml reads it (the wheel, `pip show needle-fw`), and

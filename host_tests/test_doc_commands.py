@@ -1,7 +1,7 @@
 """Every command block of README.md and docs/*.md runs as written, and prints what the text shows.
 
 The blocks are found in the text itself (no list of them is kept anywhere); the convention they
-follow is README's "Documentation conventions" (in "Tests"):
+follow is docs/testing.md's "Documentation conventions":
 
 * a block a reader is meant to run is fenced ```sh, written from the repository root after
   `./setup`;
@@ -149,7 +149,7 @@ def test_the_docs_have_command_blocks_and_every_fence_names_its_language():
     assert len(sh_blocks()) >= 20, "the extraction found too few ```sh blocks: is the parser broken?"
     bare = [b.where for b in blocks if not b.lang]
     assert not bare, (f"fences without a language: {', '.join(bare)}: a command block is ```sh, its "
-                      "output ```text, other code ```c, ```json, ```python, ... (README, "
+                      "output ```text, other code ```c, ```json, ```python, ... (docs/testing.md, "
                       "\"Documentation conventions\")")
 
 

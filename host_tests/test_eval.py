@@ -1,4 +1,4 @@
-"""Task accuracy (generator/commands/evaluate.py; README, "Task accuracy").
+"""Task accuracy (generator/commands/evaluate.py; docs/training.md, "Task accuracy").
 
 * the scoring on hand-made answers: exact match (key order free, list order not, an integer
   is not 1.0 unless the schema says "number", true is not 1), decisions on the empty call,

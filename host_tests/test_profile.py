@@ -1,5 +1,5 @@
 """bench.profile: per-function instruction counts of a decode step under the board's
-emulator (README, Benchmarks): the log parser on a log written by hand, and a real run whose
+emulator (docs/benchmarks.md): the log parser on a log written by hand, and a real run whose
 per-function counts must add up to the instruction count bench.host measures on its own."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden-output regression for a user's own archive (README, "Regression-test your own archive"):
+"""Golden-output regression for a user's own archive (docs/archive.md, "Regression-test your own archive"):
 `python -m generator golden --archive A --prompt ... --tokens ... -o DIR`, then
 `scons board=B archive=A check=DIR` runs the built engine on every case and compares."""
 

@@ -19,8 +19,8 @@ extern uint32_t __fault_stack_top[];
 void hal_main(void) __attribute__((noreturn));
 void hal_exit(int code) __attribute__((noreturn));
 
-/* The stack guard: an overflow of the main stack faults before it writes .bss (README,
- * "Boards", stack guard).  The cheapest mechanism that faults reliably, per core:
+/* The stack guard: an overflow of the main stack faults before it writes .bss (docs/stack.md).
+ *  The cheapest mechanism that faults reliably, per core:
  *   Armv8-M Mainline / Armv8.1-M (Cortex-M33, M55): MSPLIM, the core's stack-limit register.
  *     Any instruction that would move SP below it, and exception entry stacking below it,
  *     raises a UsageFault (CFSR.STKOF); nothing is written below the limit.  No RAM spent.
@@ -112,7 +112,7 @@ void Reset_Handler(void)
     hal_main();
 }
 
-/* Faults: one dump on the console, then exit status 4 (docs: README, "Boards").
+/* Faults: one dump on the console, then exit status 4 (docs/boards.md).
  *   needle: fault: hard fault (exception 3)
  *   needle: fault: r0=0x.. r1=0x.. r2=0x.. r3=0x..
  *   needle: fault: r12=0x.. lr=0x.. pc=0x.. xpsr=0x..

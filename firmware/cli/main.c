@@ -33,7 +33,7 @@
  *                                               snapshot (scons tools=FILE; docs/snapshot.md)
  *   --threads N (once, any mode): threads a step uses, 1 .. NEEDLE_THREADS (scons threads=N;
  *   default all of them); the output does not depend on it
- *   needle --bench N                            prefill/decode speed (see README, Benchmarks)
+ *   needle --bench N                            prefill/decode speed (docs/benchmarks.md)
  *
  *   --archive PATH (once, any mode): the archive file, for engines generated for a board whose
  *   archive placement is `file` (NEEDLE_ARCHIVE_FILE in needle_model.h), where it is required;

@@ -558,7 +558,7 @@ def archive_map_address(board: dict) -> int:
 MAX_THREADS = 64
 
 
-#: How each kernel family batches a prefill product (README, Batched prefill): "family" is the
+#: How each kernel family batches a prefill product (docs/benchmarks.md): "family" is the
 #: family's own nk_gemm_a8_family (each row's group decoded once into the family's level
 #: form, then only multiply-accumulates per token; the scalar family's falls back to the
 #: portable decode-once nk_gemm_a8_scalar); "blocked" runs the family's GEMV over row blocks
@@ -566,7 +566,7 @@ MAX_THREADS = 64
 GEMM_FORM = {"scalar": "family", "armv6": "family", "neon64": "family", "neon64-dot": "family",
              "neon32": "family", "mdsp": "family", "x86": "family", "x86-vnni": "family"}
 
-#: Positions whose scores a decode step accumulates side by side (README, Decode attention):
+#: Positions whose scores a decode step accumulates side by side (docs/benchmarks.md):
 #: eight independent sums where the family's cores run several float adds at once and the
 #: compiler vectorises the lanes; one (nk_dot's plain loop) on the in-order cores, where the
 #: keys' column layout only adds instructions (measured per family under emulation).
@@ -587,7 +587,7 @@ KEY_COLUMNS = {"x86", "x86-vnni"}
 
 #: Families whose decode attention prefetches the KV codes and scales ahead of their use
 #: (GCC/clang __builtin_prefetch): measured on the host only, where the cache of
-#: `needle2-base` outgrows the core's L2 (README, Decode attention).  Instruction counts under
+#: `needle2-base` outgrows the core's L2 (docs/benchmarks.md).  Instruction counts under
 #: emulation cannot show a prefetch's worth, so the other families wait for a device to say.
 KV_PREFETCH = {"x86", "x86-vnni"}
 

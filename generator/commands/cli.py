@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None,
     s.set_defaults(fn=cmd_call)
 
     s = sub.add_parser("eval", help="task accuracy: the reference's calls on held-out examples, with the "
-                                    "call grammar and without (README, \"Task accuracy\")")
+                                    "call grammar and without (docs/training.md, \"Task accuracy\")")
     s.add_argument("--archive", required=True)
     s.add_argument("--data", required=True, metavar="FILE",
                    help="JSON lines: {\"tools\": [...], \"query\": \"...\", \"calls\": [...]}")

@@ -1,4 +1,4 @@
-"""Task accuracy: how often a model's tool calls are the right ones (README, "Task accuracy").
+"""Task accuracy: how often a model's tool calls are the right ones (docs/training.md, "Task accuracy").
 
 Held-out examples are JSON lines, ``{"tools": [...], "query": "...", "calls": [{"name": ...,
 "arguments": {...}}]}``; an empty ``calls`` means the right answer is the empty call ``[]``.
@@ -136,7 +136,7 @@ def load_examples(path: str | os.PathLike, limit: int | None = None) -> list[Exa
         text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise CactError(f"{where} does not exist (held-out examples, one JSON object a line: "
-                        "README, \"Task accuracy\")") from None
+                        "docs/training.md, \"Task accuracy\")") from None
     except IsADirectoryError:
         raise CactError(f"{where} is a directory, not a JSON-lines file") from None
     except OSError as exc:

@@ -12,7 +12,7 @@ numerics modes and writes, under `DIR/NAME/`:
 Regenerate on purpose with `python -m generator golden -o host_tests/golden` (all recipes) or
 name some: `python -m generator golden tiny -o host_tests/golden`.
 
-User archives (README, "Regression-test your own archive"): `write_user()` runs the a8
+User archives (docs/archive.md, "Regression-test your own archive"): `write_user()` runs the a8
 reference on the user's own cases (`golden --archive A --prompt ... --tokens ... --tools F
 --query ... -o DIR`) and writes `DIR/cases.json` plus one `case-N.f32` of teacher-forced logits
 per case; `check()` (run by `scons check=DIR`, or by hand as `python -m
