@@ -54,14 +54,20 @@ class Report:
     archive_file: int = 0          # placement file: bytes of the archive mapped at start
     flash_label: str = "flash"     # "package" where the board states package_flash_bytes
     loads: list = field(default_factory=list)    # bare metal: (region, load address, bytes) per image
+    addresses: dict = field(default_factory=dict)  # section name -> address (the memory map's regions)
 
     @property
     def flash_total(self) -> int:
         return sum(self.flash.values()) + self.cact_bytes
 
+    @staticmethod
+    def is_code(section: str) -> bool:
+        """A flash section the report counts as code (the rest of flash is rodata)."""
+        return section.startswith(".text") or section in (".init", ".fini", ".plt")
+
     @property
     def code_bytes(self) -> int:
-        return sum(v for k, v in self.flash.items() if k.startswith(".text") or k in (".init", ".fini", ".plt"))
+        return sum(v for k, v in self.flash.items() if self.is_code(k))
 
     @property
     def ram_total(self) -> int:
@@ -692,6 +698,7 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
             flags = sec["sh_flags"]
             if not flags & SH_FLAGS.SHF_ALLOC or sec.name == ".cact" or sec["sh_size"] == 0:
                 continue
+            rep.addresses[sec.name] = sec["sh_addr"]
             if sec.name.startswith(".tbss") or sec.name.startswith(".tdata"):
                 rep.ram[sec.name] = sec["sh_size"]
             elif flags & SH_FLAGS.SHF_WRITE:
