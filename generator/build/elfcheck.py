@@ -70,6 +70,11 @@ class Report:
         return sum(v for k, v in self.flash.items() if self.is_code(k))
 
     @property
+    def rodata_bytes(self) -> int:
+        """Flash that is not code: read-only data (and, bare metal, .data's load image)."""
+        return sum(self.flash.values()) - self.code_bytes
+
+    @property
     def ram_total(self) -> int:
         """Static RAM, plus the deepest stack unless the image reserves its stack (.stack)."""
         reserved = ".stack" in self.ram
@@ -89,7 +94,7 @@ class Report:
         return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}{own}"
 
     def lines(self, board: str) -> list[str]:
-        rodata = sum(self.flash.values()) - self.code_bytes
+        rodata = self.rodata_bytes
         if self.archive_file:
             flash = (f"  {self.flash_label:<5} {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + "
                      f"rodata {rodata:,}; archive file {self.archive_file:,} bytes (--archive, mapped at start)")

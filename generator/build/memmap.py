@@ -138,13 +138,11 @@ def bare_metal_bars(rep, board: dict) -> list[Bar]:
 def linux_bars(rep, board: dict) -> list[Bar]:
     """The used sizes only: a Linux board's memory has no fixed map."""
     mem = board["memory"]
-    code = rep.code_bytes
-    rodata = sum(rep.flash.values()) - code
     if rep.flash_label == "package":
         name, budget = "package", f"package_flash_bytes {mem['package_flash_bytes']:,}"
     else:
         name, budget = "flash", f"flash_bytes {mem['flash_bytes']:,}"
-    segs = [Segment("code", "code", code), Segment("rodata", "rodata", rodata)]
+    segs = [Segment("code", "code", rep.code_bytes), Segment("rodata", "rodata", rep.rodata_bytes)]
     if rep.cact_bytes:
         segs.append(Segment("archive", "archive (.cact)", rep.cact_bytes))
     bars = [Bar(name, f"the executable: no fixed size (budget: {budget})", None, segs)]
