@@ -54,14 +54,25 @@ class Report:
     archive_file: int = 0          # placement file: bytes of the archive mapped at start
     flash_label: str = "flash"     # "package" where the board states package_flash_bytes
     loads: list = field(default_factory=list)    # bare metal: (region, load address, bytes) per image
+    addresses: dict = field(default_factory=dict)  # section name -> address (the memory map's regions)
 
     @property
     def flash_total(self) -> int:
         return sum(self.flash.values()) + self.cact_bytes
 
+    @staticmethod
+    def is_code(section: str) -> bool:
+        """A flash section the report counts as code (the rest of flash is rodata)."""
+        return section.startswith(".text") or section in (".init", ".fini", ".plt")
+
     @property
     def code_bytes(self) -> int:
-        return sum(v for k, v in self.flash.items() if k.startswith(".text") or k in (".init", ".fini", ".plt"))
+        return sum(v for k, v in self.flash.items() if self.is_code(k))
+
+    @property
+    def rodata_bytes(self) -> int:
+        """Flash that is not code: read-only data (and, bare metal, .data's load image)."""
+        return sum(self.flash.values()) - self.code_bytes
 
     @property
     def ram_total(self) -> int:
@@ -83,7 +94,7 @@ class Report:
         return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}{own}"
 
     def lines(self, board: str) -> list[str]:
-        rodata = sum(self.flash.values()) - self.code_bytes
+        rodata = self.rodata_bytes
         if self.archive_file:
             flash = (f"  {self.flash_label:<5} {self.flash_total:>12,d} bytes = code {self.code_bytes:,} + "
                      f"rodata {rodata:,}; archive file {self.archive_file:,} bytes (--archive, mapped at start)")
@@ -692,6 +703,7 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
             flags = sec["sh_flags"]
             if not flags & SH_FLAGS.SHF_ALLOC or sec.name == ".cact" or sec["sh_size"] == 0:
                 continue
+            rep.addresses[sec.name] = sec["sh_addr"]
             if sec.name.startswith(".tbss") or sec.name.startswith(".tdata"):
                 rep.ram[sec.name] = sec["sh_size"]
             elif flags & SH_FLAGS.SHF_WRITE:

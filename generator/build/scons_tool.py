@@ -12,7 +12,8 @@
 * ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
   files (generator.build.sdk); SConstruct archives and copies the rest.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
-  writes the memory report; on failure the image is deleted so no bad firmware is left.
+  writes the memory report, and beside it its picture, memory.svg (generator.build.memmap);
+  on failure the image is deleted so no bad firmware is left.
 
 Refusals are one line on stderr ("scons: error: ..."); warnings and reports go to stdout.
 """
@@ -27,7 +28,7 @@ import SCons.Action
 import SCons.Builder
 from SCons.Script import Dir, File
 
-from generator.build import boards, elfcheck, images
+from generator.build import boards, elfcheck, images, memmap
 from generator.codegen import pipeline
 from generator.errors import CactError
 from generator.paths import GENERATOR_DIR, TEMPLATES_DIR
@@ -124,8 +125,15 @@ def _check_action(target, source, env):
     text = "\n".join(rep.lines(env["NEEDLE_BOARD"])) + "\n"
     with open(target[0].abspath, "w") as fh:
         fh.write(text)
+    memmap.write(target[1].abspath, rep, board, env["NEEDLE_BOARD"])
     print(text, end="")
     return 0
+
+
+def _check_emitter(target, source, env):
+    """memory.txt's picture, memory.svg, beside it (a target: scons -c removes it)."""
+    report = target[0]
+    return [report, report.dir.File("memory.svg")], source + [File(str(GENERATOR_DIR / "build" / "memmap.py"))]
 
 
 def _check_str(target, source, env):
@@ -275,7 +283,7 @@ def generate(env):
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
-                                   varlist=["NEEDLE_BOARD", "libc"]))
+                                   varlist=["NEEDLE_BOARD", "libc"]), emitter=_check_emitter)
     env["BUILDERS"]["NeedleImages"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_images_action, _images_str, varlist=["NEEDLE_BOARD", "libc"]),
         emitter=_images_emitter)
