@@ -73,7 +73,7 @@ def _headroom(row: Row) -> str:
     if not parts:
         return "-"
     share, what = min(parts)
-    return f"{share * 100:.0f}% {what}"
+    return f"{int(share * 100)}% {what}"        # floored: 99.6 % left is not "100 %"
 
 
 def table(rows: list[Row]) -> list[str]:
