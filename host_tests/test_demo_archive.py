@@ -19,6 +19,7 @@ from generator.archive import reader
 from generator.archive.format import TAGS
 from generator.commands import evaluate
 from generator.commands.synth import _n2, _n3
+from generator.model.geometry import stored_kv_window
 from generator.tools.schema import compile_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,8 @@ def test_header_is_the_recipes_geometry(name):
                    g["num_layers"], g["max_seq_len"], g["mhc_lanes"], g["engram_slots"],
                    g["engram_sub_dim"], g["num_engram_tables"], tuple(g["engram_orders"]),
                    tuple(g["engram_sites"]), g["kv_window"])
+        # the trainer stores the window the engine sizes to, never 0 (train/train.py header)
+        want["kv_window"] = stored_kv_window(want, g["kv_window"])
     else:
         want = _n3(g["vocab"], g["out_vocab"], g["d_model"], g["num_heads"], g["num_kv_heads"],
                    g["qk_head_dim"], g["v_head_dim"], g["num_layers"], g["max_seq_len"],

@@ -45,6 +45,7 @@ import optax
 from generator.archive.format import CQ
 from generator.archive import roles as R
 from generator.commands.synth import _n2, _n3
+from generator.model.geometry import stored_kv_window
 from train import export as X
 from train import model as M
 from train import model3 as M3
@@ -54,7 +55,7 @@ from train import task
 
 def header(geo: dict, generation: int = 2) -> dict:
     """A Needle 2 or 3 header from the recipe's geometry (the synthesiser's header builders;
-    Needle 3's stored kv_window is the budget window capped by the configured one, 0 = none)."""
+    the stored kv_window is the budget window capped by the configured one, 0 = none)."""
     if generation == 3:
         return _n3(geo["vocab"], geo["out_vocab"], geo["d_model"], geo["num_heads"],
                    geo["num_kv_heads"], geo["qk_head_dim"], geo["v_head_dim"], geo["num_layers"],
@@ -65,10 +66,14 @@ def header(geo: dict, generation: int = 2) -> dict:
                    seed_heads=geo.get("engram_seed_heads", 0))
     if generation != 2:
         raise SystemExit(f"train: generation {generation} is not 2 or 3")
-    return _n2(geo["vocab"], geo["d_model"], geo["num_heads"], geo["num_kv_heads"], geo["head_dim"],
-               geo["num_layers"], geo["max_seq_len"], geo["mhc_lanes"], geo["engram_slots"],
-               geo["engram_sub_dim"], geo["num_engram_tables"], tuple(geo["engram_orders"]),
-               tuple(geo["engram_sites"]), geo["kv_window"])
+    hdr = _n2(geo["vocab"], geo["d_model"], geo["num_heads"], geo["num_kv_heads"], geo["head_dim"],
+              geo["num_layers"], geo["max_seq_len"], geo["mhc_lanes"], geo["engram_slots"],
+              geo["engram_sub_dim"], geo["num_engram_tables"], tuple(geo["engram_orders"]),
+              tuple(geo["engram_sites"]), geo["kv_window"])
+    # stored as Needle 3's is: the window the engine sizes to (the budget window, capped by a
+    # configured one), never 0, which makes every build warn "header kv_window is 0"
+    hdr["kv_window"] = stored_kv_window(hdr, geo["kv_window"])
+    return hdr
 
 
 # ---- data --------------------------------------------------------------------------

@@ -107,8 +107,14 @@ def _engine_action(target, source, env):
     return 0
 
 
+def _say(env, short: str, full: str) -> str:
+    """A step's line: `short` (GEN build/host/gen), or with verbose=1 `full`."""
+    return full if env.get("verbose") else short
+
+
 def _engine_str(target, source, env):
-    return f"generate engine {os.path.dirname(target[0].path)} <- {source[0].path}"
+    gen = os.path.dirname(target[0].path)
+    return _say(env, f"GEN {gen}", f"generate engine {gen} <- {source[0].path}")
 
 
 def _check_action(target, source, env):
@@ -122,11 +128,12 @@ def _check_action(target, source, env):
         if os.path.exists(elf.abspath):
             os.unlink(elf.abspath)
         return 2
-    text = "\n".join(rep.lines(env["NEEDLE_BOARD"])) + "\n"
+    lines = rep.lines(env["NEEDLE_BOARD"])
+    text = "\n".join(lines) + "\n"
     with open(target[0].abspath, "w") as fh:
         fh.write(text)
     memmap.write(target[1].abspath, rep, board, env["NEEDLE_BOARD"])
-    print(text, end="")
+    print(text if env.get("verbose") else "\n".join(terminal_report(lines, target[0].path)) + "\n", end="")
     return 0
 
 
@@ -136,8 +143,19 @@ def _check_emitter(target, source, env):
     return [report, report.dir.File("memory.svg")], source + [File(str(GENERATOR_DIR / "build" / "memmap.py"))]
 
 
+def terminal_report(lines: list[str], where: str) -> list[str]:
+    """The memory report as a build prints it: its totals (flash, RAM, each image), each
+    without its explanation in parentheses; the whole report is in `where` (verbose=1 prints it)."""
+    out = [f"{lines[0]} {where}"]
+    for line in lines[1:]:
+        if line.startswith("  ") and not line.startswith("   "):     # a total, not a detail
+            cut = line.find(" (")
+            out.append(line[:cut] if cut > 0 else line)
+    return out
+
+
 def _check_str(target, source, env):
-    return f"check {source[0].path}"
+    return _say(env, f"CHECK {source[0].path}", f"check {source[0].path}")
 
 
 def _refused(what: str, step) -> int:
@@ -157,7 +175,7 @@ def _ipk_action(target, source, env):
 
 
 def _ipk_str(target, source, env):
-    return f"package {target[0].path} <- {source[0].path}"
+    return _say(env, f"IPK {target[0].path}", f"package {target[0].path} <- {source[0].path}")
 
 
 def _images_emitter(target, source, env):
@@ -185,7 +203,7 @@ def _images_action(target, source, env):
 
 
 def _images_str(target, source, env):
-    return f"images {target[0].path} <- {source[0].path}"
+    return _say(env, f"IMAGES {target[0].path}", f"images {target[0].path} <- {source[0].path}")
 
 
 def _sdk_emitter(target, source, env):
@@ -206,7 +224,8 @@ def _sdk_action(target, source, env):
 
 
 def _sdk_str(target, source, env):
-    return f"sdk {os.path.dirname(os.path.dirname(target[0].path))} <- {source[0].path}"
+    where = os.path.dirname(os.path.dirname(target[0].path))
+    return _say(env, f"SDK {where}", f"sdk {where} <- {source[0].path}")
 
 
 def _tools_action(target, source, env):
@@ -245,7 +264,7 @@ def _tools_action(target, source, env):
 
 
 def _tools_str(target, source, env):
-    return f"tools {target[0].path} <- {source[0].path}"
+    return _say(env, f"TOOLS {target[0].path}", f"tools {target[0].path} <- {source[0].path}")
 
 
 def _prefix_action(target, source, env):
@@ -271,10 +290,43 @@ def _prefix_action(target, source, env):
 
 
 def _prefix_str(target, source, env):
-    return f"prefix {target[0].path} <- {source[0].path}"
+    return _say(env, f"PREFIX {target[0].path}", f"prefix {target[0].path} <- {source[0].path}")
+
+
+def compilation_database(env, target, path_filter: str):
+    """compile_commands.json of the compilations whose object matches `path_filter`: SCons'
+    compilation_db tool collects them (its emitters), but its own builder rewrites the file
+    (and says so) on every run; this one writes it when its text changes, silently (verbose=1:
+    "Building compilation database ...")."""
+    import fnmatch
+    import json
+    from SCons.Tool import compilation_db
+    entries = []
+    top = env.Dir("#").get_abspath()
+    overrides = {"TEMPFILE": compilation_db.CompDBTEMPFILE}
+    for db_target, db_source, db_env, db_action in getattr(compilation_db, "__COMPILATION_DB_ENTRIES"):
+        output = db_target.get_path()
+        if not fnmatch.fnmatch(output, path_filter):
+            continue
+        src = db_source if db_source.is_derived() else db_source.srcnode()
+        entries.append({"command": db_action.strfunction(db_target, db_source, db_env, None, overrides),
+                        "directory": top, "file": src.get_path(), "output": output})
+    text = json.dumps(entries, sort_keys=True, indent=4) + "\n"
+    return env.NeedleText(target, env.Value(text))
+
+
+def _text_action(target, source, env):
+    with open(target[0].abspath, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(source[0].read())
+    return 0
+
+
+def _text_str(target, source, env):
+    return _say(env, "", f"Building compilation database {target[0].path}")
 
 
 def generate(env):
+    env["BUILDERS"]["NeedleText"] = SCons.Builder.Builder(action=SCons.Action.Action(_text_action, _text_str))
     env["BUILDERS"]["NeedleEngine"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_engine_action, _engine_str,
                                    varlist=["NEEDLE_BOARD", "NEEDLE_KV_WINDOW", "NEEDLE_KERNELS",

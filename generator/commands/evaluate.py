@@ -410,17 +410,14 @@ def _attempt(run) -> tuple[str | None, str | None, float]:
     return text, None, time.perf_counter() - start
 
 
-def _progress(message: str) -> None:
-    """A progress line on an interactive stderr only (a long run says where it is; logs and
-    tests stay quiet)."""
-    if sys.stderr.isatty():
-        print(message, file=sys.stderr, flush=True)
-
-
 def evaluate(examples: list[Example], answerers: list, grammars: list[str],
              max_new: int) -> tuple[list[dict], list[dict]]:
     """Every example answered by every answerer under every grammar setting: (metric rows,
-    per-example predictions).  A failed run prints one line and counts as wrong."""
+    per-example predictions).  A failed run prints one line and counts as wrong.  A counter
+    on stderr says where a long run is (`[3/12] eval line 17`: in place on a terminal, a
+    plain line each otherwise; generator/build/progress.py)."""
+    from generator.build.progress import Progress
+    progress = Progress(len(examples), "eval")
     predictions = []
     results: dict[tuple[str, str], list[dict]] = {(a.label, g): [] for a in answerers for g in grammars}
     for i, ex in enumerate(examples, 1):
@@ -429,12 +426,14 @@ def evaluate(examples: list[Example], answerers: list, grammars: list[str],
             for g in grammars:
                 text, error, seconds = _attempt(lambda: a.answer(ex, GRAMMARS[g], max_new))
                 if error:
+                    progress.close()
                     print(f"line {ex.line} ({a.label}, grammar {g}): failed: {error}", flush=True)
                 r = {"text": text, "error": error, "seconds": round(seconds, 4), **score(ex, text)}
                 results[a.label, g].append(r)
                 runs[f"{a.label}/{g}"] = r
         predictions.append({"line": ex.line, "query": ex.query, "gold": ex.calls, "runs": runs})
-        _progress(f"eval: {i}/{len(examples)} examples")
+        progress.step(i, f"line {ex.line}")
+    progress.close()
     rows = [summarize(label, g, rs) for (label, g), rs in results.items()]
     return rows, predictions
 
