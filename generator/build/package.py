@@ -250,18 +250,21 @@ SYSTEMD_SOCKET = "/run/needle/needle.sock"
 SYSTEMD_ARCHIVE = "/usr/local/share/needle/model.cact"
 
 
-def systemd_unit(board: dict) -> str:
+def systemd_unit(board: dict, binary: str = SYSTEMD_BINARY, archive_path: str = SYSTEMD_ARCHIVE,
+                 environment: str | None = None) -> str:
     """needle.service for a Linux board: `needle --serve` on SYSTEMD_SOCKET, sandboxed.  An engine
     that reads its archive from a file (placement `file`) gets `--archive SYSTEMD_ARCHIVE`, that
     directory read-only and a check that the file is there; one that links its archive in (the
-    Raspberry Pi boards) refuses `--archive`, so its unit has none."""
+    Raspberry Pi boards) refuses `--archive`, so its unit has none.  The Debian package
+    (generator.build.deb) installs the executable and the archive under /usr and gives an
+    `environment` file whose NEEDLE_OPTS are added to the command line."""
     if board["os"] != "linux":
         raise CactError(f"board {board['name']} is bare metal (os = none): a systemd unit is for the "
                         "Linux boards (rpi-zero, rpi-zero2, rpi5, ...)")
-    archive = SYSTEMD_ARCHIVE if board["archive"]["placement"] == "file" else None
+    archive = archive_path if board["archive"]["placement"] == "file" else None
     return _environment().get_template("needle.service.j2").render(
-        board=board["name"], binary=SYSTEMD_BINARY, socket=SYSTEMD_SOCKET, archive=archive,
-        archive_dir=os.path.dirname(SYSTEMD_ARCHIVE))
+        board=board["name"], binary=binary, socket=SYSTEMD_SOCKET, archive=archive,
+        archive_dir=os.path.dirname(archive_path), environment=environment)
 
 
 def _write_atomic(path: str, blob: bytes) -> str:
@@ -285,7 +288,7 @@ def write_systemd_unit(board: dict, out_dir: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
-        raise CactError(f"{message} (see python -m generator.build.package --help)")
+        raise CactError(f"{message} (see {self.prog} --help)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@
 * ``env.NeedlePrefix(asm, prefix_bin)`` writes the .S that links a prefix snapshot into the
   firmware (docs/snapshot.md).
 * ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
+* ``env.NeedleFeed([ipk, Packages, ...], [executable, report, key?])`` writes an opkg feed (generator.build.feed).
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
 * ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
@@ -152,6 +153,18 @@ def _ipk_str(target, source, env):
     return f"package {target[0].path} <- {source[0].path}"
 
 
+def _feed_action(target, source, env):
+    from generator.build import feed
+    return _refused(f"feed of {source[0].path}",
+                    lambda: feed.write_feed(_board(env), source[0].abspath, os.path.dirname(target[0].abspath),
+                                            env["NEEDLE_FEED_KEY"] or None))
+
+
+def _feed_str(target, source, env):
+    signed = " (signed)" if env["NEEDLE_FEED_KEY"] else ""
+    return f"feed {os.path.dirname(target[0].path)}{signed} <- {source[0].path}"
+
+
 def _images_emitter(target, source, env):
     out_dir = Dir(os.path.dirname(str(target[0])))
     return [out_dir.File(images.MANIFEST)] + [out_dir.File(n) for n in images.expected_images(_board(env))], source
@@ -288,6 +301,8 @@ def generate(env):
         action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]))
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
+    env["BUILDERS"]["NeedleFeed"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_feed_action, _feed_str, varlist=["NEEDLE_BOARD", "libc", "NEEDLE_FEED_KEY"]))
 
 
 def exists(env):
