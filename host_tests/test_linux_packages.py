@@ -28,13 +28,14 @@ from pathlib import Path
 import pytest
 
 from generator import __version__
-from generator.build import boards, feed, package, usign
+from generator.build import boards, deb, feed, package, usign
 from generator.errors import CactError
 from host_tests import elf_stub
 from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTERS = [n for n in boards.names() if "package" in boards.load(n)]
+PIS = [n for n in boards.names() if "deb" in boards.load(n)]
 DEMO = ROOT / "demo" / "needle2-demo.cact"
 SIGNIFY = shutil.which("signify-openbsd") or shutil.which("signify")
 needs_signify = pytest.mark.skipif(not SIGNIFY, reason="no signify (apt-get install signify-openbsd)")
@@ -238,7 +239,7 @@ def test_feed_refusals_write_nothing(case, expect, key, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-# ---- scons package=feed, refused ----------------------------------------------------
+# ---- scons package=feed and package=deb, refused ----------------------------------------------------
 
 @pytest.mark.parametrize("args, expect", [
     (["board=rpi-zero", "package=feed"], "board rpi-zero is not an OpenWrt board (no [package] openwrt_arch): "
@@ -247,6 +248,10 @@ def test_feed_refusals_write_nothing(case, expect, key, tmp_path):
     (["board=router-mt7621", "package=feed", "feed_key=/nonexistent/key"], "cannot read feed_key=/nonexistent/key"),
     (["board=router-mt7621", "package=feed", "feed_key=LICENSE"], "LICENSE is not a usign secret key"),
     (["board=router-mt7621", "package=ipk", "feed_key=LICENSE"], "feed_key= signs an opkg feed: add package=feed"),
+    (["board=router-mt7621", "package=deb"], "board router-mt7621 is an OpenWrt router (package=ipk or "
+                                             "package=feed): package=deb is for rpi-zero, rpi-zero2, rpi5"),
+    (["board=watch-m4", "package=deb"], "board watch-m4 is bare metal (os = none): package=deb is for rpi-zero"),
+    (["board=host", "package=deb"], "board host is not a Debian board (no [deb] architecture): package=deb is for"),
 ])
 def test_scons_refuses_in_one_line_before_building(args, expect, tmp_path):
     build = tmp_path / "build"
@@ -276,3 +281,185 @@ def test_scons_writes_a_signed_feed(key, tmp_path):
     # up to date: nothing is rebuilt
     again = scons("board=router-mt7621", "package=feed", f"feed_key={key}", f"build={build}").stdout
     assert "(signed) <-" not in again and "is up to date" in again
+
+
+# ---- the Debian packages ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory) -> dict[str, Path]:
+    """scons board=<pi> package=deb for each Raspberry Pi board: {board: its build dir}."""
+    if not shutil.which("dpkg-deb"):
+        pytest.skip("no dpkg-deb")
+    root = tmp_path_factory.mktemp("debs")
+    out = {}
+    for name in PIS:
+        missing = boards.missing_tools(boards.load(name))
+        if missing:
+            pytest.skip(missing)
+        scons(f"board={name}", "package=deb", f"build={root / name}")
+        out[name] = root / name
+    return out
+
+
+def deb_of(debs, name) -> Path:
+    return debs[name] / deb.deb_name(boards.load(name))
+
+
+def test_pi_boards_and_their_architectures():
+    assert {n: boards.load(n)["deb"]["architecture"] for n in PIS} == {
+        "rpi-zero": "armhf", "rpi-zero2": "arm64", "rpi5": "arm64"}
+
+
+@pytest.mark.parametrize("name", PIS)
+def test_deb_contents(name, debs, tmp_path):
+    board = boards.load(name)
+    path = deb_of(debs, name)
+    assert path.name == f"needle-{name}_{__version__}-1_{board['deb']['architecture']}.deb"
+    fields = dict(line.split(": ", 1) for line in run(["dpkg-deb", "-f", path]).stdout.splitlines()
+                  if not line.startswith(" "))
+    assert {k: fields[k] for k in ("Package", "Version", "Architecture", "Provides", "Conflicts", "Replaces",
+                                   "Section", "Priority")} == {
+        "Package": f"needle-{name}", "Version": f"{__version__}-1", "Architecture": board["deb"]["architecture"],
+        "Provides": "needle", "Conflicts": "needle", "Replaces": "needle", "Section": "utils",
+        "Priority": "optional"}
+    assert "Depends" not in fields                      # static: nothing from the system
+    listing = run(["sh", "-c", 'dpkg-deb --fsys-tarfile "$1" | tar --numeric-owner -tvf -', "sh", path]
+                  ).stdout.splitlines()
+    entries = {}
+    for line in listing:
+        perms, owner, _size, day, _time, entry = line.split(maxsplit=5)
+        assert owner == "0/0" and day == "2026-12-06", line    # root; CHANGELOG.md's date of the version
+        entries[entry] = perms
+    assert {e: p for e, p in entries.items() if not e.endswith("/")} == {
+        "./usr/bin/needle": "-rwxr-xr-x", "./usr/share/needle/model.cact": "-rw-r--r--",
+        "./lib/systemd/system/needle.service": "-rw-r--r--", "./etc/default/needle": "-rw-r--r--",
+        "./usr/share/man/man1/needle.1.gz": "-rw-r--r--",
+        f"./usr/share/doc/needle-{name}/copyright": "-rw-r--r--",
+        f"./usr/share/doc/needle-{name}/changelog.Debian.gz": "-rw-r--r--",
+        f"./usr/share/lintian/overrides/needle-{name}": "-rw-r--r--"}
+    assert all(p == "drwxr-xr-x" for e, p in entries.items() if e.endswith("/"))
+    x = tmp_path / "x"
+    run(["dpkg-deb", "-R", path, x])
+    assert (x / "usr/bin/needle").read_bytes() == (debs[name] / "needle.stripped").read_bytes()
+    assert (x / "usr/share/needle/model.cact").read_bytes() == DEMO.read_bytes()
+    unit = (x / "lib/systemd/system/needle.service").read_text()
+    assert unit == package.systemd_unit(board, "/usr/bin/needle", "/usr/share/needle/model.cact", "/etc/default/needle")
+    assert "\nExecStart=/usr/bin/needle --serve --socket /run/needle/needle.sock $NEEDLE_OPTS\n" in unit
+    assert "\nEnvironmentFile=-/etc/default/needle\n" in unit
+    assert (x / "DEBIAN/conffiles").read_text() == "/etc/default/needle\n"
+    assert re.search(r'^NEEDLE_OPTS=""$', (x / "etc/default/needle").read_text(), re.M)
+    for script in ("postinst", "prerm", "postrm"):
+        run(["sh", "-n", x / "DEBIAN" / script])
+        assert (x / "DEBIAN" / script).stat().st_mode & 0o777 == 0o755
+    md5 = dict(reversed(line.split("  ", 1)) for line in (x / "DEBIAN/md5sums").read_text().splitlines())
+    assert md5 == {p: hashlib.md5((x / p).read_bytes()).hexdigest() for p in md5}
+    assert len(md5) == 8
+    changelog = gzip.decompress((x / f"usr/share/doc/needle-{name}/changelog.Debian.gz").read_bytes()).decode()
+    assert changelog.startswith(f"needle-{name} ({__version__}-1) stable; urgency=medium\n")
+    assert re.search(r"^ -- .+ <.+@.+>  Sun, 06 Dec 2026 00:00:00 \+0000$", changelog, re.M)
+    copyright_ = (x / f"usr/share/doc/needle-{name}/copyright").read_text()
+    assert copyright_.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n")
+    assert "\nLicense: MIT\n Permission is hereby granted" in copyright_
+
+
+def test_deb_is_reproducible(debs, tmp_path, monkeypatch):
+    board, built = boards.load("rpi-zero"), debs["rpi-zero"]
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    again = Path(deb.write_deb(board, str(built / "needle.stripped"), str(DEMO), str(tmp_path / "a")))
+    assert again.read_bytes() == deb_of(debs, "rpi-zero").read_bytes()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1800000000")
+    one = Path(deb.write_deb(board, str(built / "needle.stripped"), str(DEMO), str(tmp_path / "b"))).read_bytes()
+    two = Path(deb.write_deb(board, str(built / "needle.stripped"), str(DEMO), str(tmp_path / "c"))).read_bytes()
+    assert one == two != again.read_bytes()
+    assert "2027-01-15" in run(["dpkg-deb", "-c", tmp_path / "b" / again.name]).stdout
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [again.name]     # no staging left
+
+
+@pytest.mark.skipif(not shutil.which("lintian"), reason="no lintian (apt-get install lintian)")
+@pytest.mark.parametrize("name", PIS)
+def test_lintian_finds_nothing_unexplained(name, debs):
+    """No tag at all, pedantic and info included, but those the package overrides with a reason."""
+    proc = subprocess.run(["lintian", "--pedantic", "--display-info", "--show-overrides", "--fail-on", "none",
+                           deb_of(debs, name)], capture_output=True, text=True)
+    tags = [line for line in proc.stdout.splitlines() if line and not line.startswith("N:")]
+    assert proc.returncode == 0 and tags and all(t.startswith(f"O: needle-{name}: ") for t in tags), proc.stdout + proc.stderr
+    assert f"O: needle-{name}: statically-linked-binary [usr/bin/needle]" in tags
+    overrides = deb.lintian_overrides(boards.load(name))
+    assert all(line.startswith("#") or line.startswith(f"needle-{name}: ") for line in overrides.splitlines())
+
+
+def stub_bin(tmp_path: Path) -> tuple[Path, Path]:
+    """deb-systemd-helper, deb-systemd-invoke and systemctl that log their arguments and
+    DPKG_ROOT: the maintainer scripts run outside a chroot and must touch nothing of this machine."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("deb-systemd-helper", "deb-systemd-invoke", "systemctl"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $* [DPKG_ROOT=$DPKG_ROOT]" >> "{log}"\n')
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir, log
+
+
+def test_dpkg_installs_switches_and_purges_in_a_scratch_root(debs, tmp_path):
+    """dpkg --root=DIR with --force-script-chrootless: the scratch root has no /bin/sh to
+    chroot into, so the scripts run here with DPKG_ROOT=DIR (they start nothing then);
+    --force-not-root only when the test is not root.  No --force-depends (nothing is
+    depended on) and no --force-architecture: the root learns arm64 and armhf with
+    --add-architecture, as a real system would."""
+    root = tmp_path / "root"
+    (root / "var/lib/dpkg/info").mkdir(parents=True)
+    (root / "var/lib/dpkg/updates").mkdir()
+    (root / "var/lib/dpkg/status").write_text("")
+    bin_dir, log = stub_bin(tmp_path)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    force = ["--force-script-chrootless"] + ([] if os.geteuid() == 0 else ["--force-not-root"])
+    dpkg = ["dpkg", f"--root={root}", "--log=/dev/null", *force]
+    for arch in ("arm64", "armhf"):
+        run(["dpkg", f"--root={root}", "--add-architecture", arch])
+    run(dpkg + ["-i", deb_of(debs, "rpi5")], env=env)
+    assert (root / "usr/bin/needle").read_bytes() == (debs["rpi5"] / "needle.stripped").read_bytes()
+    assert (root / "lib/systemd/system/needle.service").is_file()
+    status = (root / "var/lib/dpkg/status").read_text()
+    assert "Package: needle-rpi5\nStatus: install ok installed\n" in status
+    assert re.search(r"^Conffiles:\n /etc/default/needle [0-9a-f]{32}$", status, re.M)
+    calls = log.read_text().splitlines()
+    assert calls == [f"deb-systemd-helper unmask needle.service [DPKG_ROOT={root}]",
+                     f"deb-systemd-helper --quiet was-enabled needle.service [DPKG_ROOT={root}]",
+                     f"deb-systemd-helper enable needle.service [DPKG_ROOT={root}]"]
+    # the other arm64 board's package is an alternative, not a second copy
+    proc = subprocess.run(dpkg + ["-i", deb_of(debs, "rpi-zero2")], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "conflicting packages - not installing needle-rpi-zero2" in proc.stderr
+    log.write_text("")
+    run(dpkg + ["--purge", "needle-rpi5"], env=env)
+    assert not (root / "usr/bin/needle").exists() and not (root / "etc/default/needle").exists()
+    assert log.read_text().splitlines() == [f"deb-systemd-helper mask needle.service [DPKG_ROOT={root}]",
+                                            f"deb-systemd-helper purge needle.service [DPKG_ROOT={root}]",
+                                            f"deb-systemd-helper unmask needle.service [DPKG_ROOT={root}]"]
+    run(dpkg + ["-i", deb_of(debs, "rpi-zero2")], env=env)
+    assert (root / "usr/bin/needle").read_bytes() == (debs["rpi-zero2"] / "needle.stripped").read_bytes()
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze")
+def test_deb_unit_verifies(tmp_path):
+    unit = package.systemd_unit(boards.load("rpi5"), "/usr/bin/needle", deb.ARCHIVE, deb.DEFAULTS)
+    exe = tmp_path / "needle"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    (tmp_path / "unit").mkdir()
+    copy = tmp_path / "unit" / "needle.service"
+    copy.write_text(unit.replace("ExecStart=/usr/bin/needle", f"ExecStart={exe}"))
+    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", copy], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("board_name, expect", [
+    ("router-ath79", "board router-ath79 is an OpenWrt router (package=ipk or package=feed): package=deb is for"),
+    ("watch-m55", "board watch-m55 is bare metal (os = none): package=deb is for"),
+    ("host", "board host is not a Debian board (no [deb] architecture)"),
+])
+def test_deb_cli_refusals(board_name, expect, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "generator.build.deb", "--board", board_name, "--binary",
+                           DEMO, "--archive", DEMO, "-o", tmp_path / "o"], cwd=ROOT, capture_output=True, text=True)
+    one_line_refusal(proc, expect)
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(CactError, match="package=deb is for rpi-zero, rpi-zero2, rpi5"):
+        deb.deb_name(boards.load(board_name))
