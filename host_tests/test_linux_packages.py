@@ -463,3 +463,142 @@ def test_deb_cli_refusals(board_name, expect, tmp_path):
     assert not (tmp_path / "o").exists()
     with pytest.raises(CactError, match="package=deb is for rpi-zero, rpi-zero2, rpi5"):
         deb.deb_name(boards.load(board_name))
+
+
+# ---- the release tarball and the OpenWrt SDK Makefile -----------------------------------------------
+
+def makefile_vars(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Z_]+):=(.*)$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def dist_dir(tmp_path_factory) -> Path:
+    """scons dist build=DIR: DIR/dist."""
+    build = tmp_path_factory.mktemp("dist")
+    scons("dist", f"build={build}")
+    return build / "dist"
+
+
+def test_tarball_contents(dist_dir):
+    tarball = dist_dir / f"needle-fw-{__version__}.tar.gz"
+    top = f"needle-fw-{__version__}/"
+    lines = run(["tar", "--numeric-owner", "--full-time", "-tzvf", tarball]).stdout.splitlines()
+    names = []
+    for line in lines:
+        perms, owner, _size, day, clock, name = line.split(maxsplit=5)
+        assert owner == "0/0" and (day, clock) == ("1970-01-01", "00:00:00"), line
+        assert perms in ("drwxr-xr-x", "-rw-r--r--", "-rwxr-xr-x"), line
+        names.append(name)
+    assert names[0] == top and all(n.startswith(top) for n in names)
+    # sorted as `tar --sort=name` lists a tree: each directory, then what it holds, by name
+    assert names == sorted(names, key=lambda n: n.rstrip("/").split("/"))
+    files = {n[len(top):] for n in names if not n.endswith("/")}
+    for path in ("SConstruct", "LICENSE", "pyproject.toml", "requirements.txt", "requirements-routers.txt",
+                 "demo/needle2-demo.cact", "generator/__init__.py", "generator/build/dist.py",
+                 "templates/openwrt/Makefile.j2", "templates/package/needle.init", "boards/router-mt7621.toml",
+                 "site_scons/site_tools/needle.py", "firmware/cli/main.c"):
+        assert path in files, path
+    assert not any("__pycache__" in f or f.endswith(".pyc") or f.startswith(("build/", ".venv/", "host_tests/",
+                                                                              "train/", "docs/")) for f in files)
+    with tarfile.open(tarball, "r:gz") as tar:
+        for f in ("SConstruct", "generator/build/deb.py", "demo/needle2-demo.cact"):
+            assert tar.extractfile(top + f).read() == (ROOT / f).read_bytes()
+    assert gzip.open(tarball).read(1) and tarball.read_bytes()[4:8] == b"\0\0\0\0"    # gzip mtime 0
+
+
+def test_tarball_is_reproducible(dist_dir, tmp_path, monkeypatch):
+    from generator.build import dist
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    again = Path(dist.write_dist(str(tmp_path / "again"))[0])
+    assert again.read_bytes() == (dist_dir / again.name).read_bytes()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1800000000")
+    dated = dist.tarball_bytes()
+    assert dated == dist.tarball_bytes() != again.read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(dated), mode="r:gz") as tar:
+        assert {m.mtime for m in tar} == {1800000000} and {(m.uid, m.gid) for m in tar} == {(0, 0)}
+
+
+def test_makefile_names_the_tarball(dist_dir):
+    text = (dist_dir / "openwrt" / "needle" / "Makefile").read_text()
+    v = makefile_vars(text)
+    tarball = dist_dir / f"needle-fw-{__version__}.tar.gz"
+    assert v["PKG_NAME"] == "needle" and v["PKG_VERSION"] == __version__
+    assert v["PKG_RELEASE"] == str(package.RELEASE)
+    assert v["PKG_SOURCE"] == "needle-fw-$(PKG_VERSION).tar.gz"
+    assert v["PKG_HASH"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert v["PKG_BUILD_DIR"] == "$(BUILD_DIR)/needle-fw-$(PKG_VERSION)" and v["PKG_LICENSE"] == "MIT"
+    lines = text.splitlines()
+    code = [line for line in lines if line and not line.startswith("#")]
+    assert code[0] == "include $(TOPDIR)/rules.mk" and "include $(INCLUDE_DIR)/package.mk" in code
+    assert code[-1] == "$(eval $(call BuildPackage,needle))"
+    for block in ("Package/needle", "Package/needle/description", "Package/needle/conffiles", "Build/Compile",
+                  "Package/needle/install"):
+        assert f"define {block}" in code, block
+    assert "define Package/needle/conffiles\n/etc/config/needle\nendef" in text
+    assert "$(TARGET_CC_NOCACHE)" in text and "-m SCons" in text
+    # recipe lines start with a tab, as make wants
+    compile_ = text.split("define Build/Compile\n")[1].split("endef")[0]
+    assert all(line.startswith("\t") for line in compile_.splitlines())
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="no make")
+def test_makefile_expands_against_a_stub_sdk(dist_dir, tmp_path):
+    """No OpenWrt SDK here: stand-ins for rules.mk and package.mk (BuildPackage makes targets
+    `compile` and `install` of Build/Compile and Package/needle/install) and `make -n` show the
+    Makefile parses and what its recipes run."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "rules.mk").write_text("INSTALL_DIR:=install -d -m0755\nINSTALL_BIN:=install -m0755\n"
+                                       "INSTALL_CONF:=install -m0600\n")
+    (tmp_path / "include" / "package.mk").write_text(
+        "define BuildPackage\ncompile:\n\t$$(call Build/Compile)\ninstall:\n"
+        "\t$$(call Package/$(1)/install,/ipkg)\nendef\n")
+    proc = run(["make", "-n", "-f", dist_dir / "openwrt" / "needle" / "Makefile", f"TOPDIR={tmp_path}",
+                f"INCLUDE_DIR={tmp_path / 'include'}", "BUILD_DIR=/b", "ARCH_PACKAGES=mipsel_24kc",
+                "TOOLCHAIN_DIR=/tc", "TARGET_CC_NOCACHE=mipsel-openwrt-linux-musl-gcc",
+                "TARGET_CFLAGS=-Os -pipe -mips32r2", "compile", "install"])
+    b = f"/b/needle-fw-{__version__}"
+    assert proc.stdout.splitlines() == [
+        f'cd {b} && python3 -m generator.build.openwrt_sdk --arch-packages "mipsel_24kc" '
+        f'--cc "/tc/bin/mipsel-openwrt-linux-musl-gcc" --cflags "-Os -pipe -mips32r2" -o boards/openwrt-sdk.toml',
+        f'cd {b} && python3 -m SCons -Q board=openwrt-sdk archive="demo/needle2-demo.cact" build=build/openwrt-sdk',
+        "install -d -m0755 /ipkg/usr/bin /ipkg/etc/init.d /ipkg/etc/config",
+        f"install -m0755 {b}/build/openwrt-sdk/needle /ipkg/usr/bin/needle",
+        f"install -m0755 {b}/templates/package/needle.init /ipkg/etc/init.d/needle",
+        f"install -m0600 {b}/templates/package/needle.config /ipkg/etc/config/needle"]
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_sdk_board_file_is_the_router_with_the_sdks_gcc(router, tmp_path, monkeypatch):
+    from generator.build import openwrt_sdk
+    board = boards.load(router)
+    arch = board["package"]["openwrt_arch"]
+    cross = {"mipsel_24kc": "mipsel-openwrt-linux-musl-", "mips_24kc": "mips-openwrt-linux-musl-",
+             "arm_cortex-a7_neon-vfpv4": "arm-openwrt-linux-muslgnueabi-"}[arch]
+    text = openwrt_sdk.board_toml(arch, f"/sdk/bin/{cross}gcc", "-Os -pipe -mips32r2 -O2")
+    copy = tmp_path / "boards"
+    shutil.copytree(ROOT / "boards", copy)
+    (copy / "openwrt-sdk.toml").write_text(text)
+    monkeypatch.setattr(boards, "BOARDS_DIR", copy)
+    sdk = boards.load("openwrt-sdk")
+    assert sdk["toolchain"] == "gnu" and sdk["toolchain_prefix"] == f"/sdk/bin/{cross}"
+    assert sdk["arch_flags"] == ["-pipe", "-mips32r2"]            # the engine's -O2 stays
+    assert boards.compiler(sdk) == f"/sdk/bin/{cross}gcc" and boards.board_arch(sdk) == boards.board_arch(board)
+    changed = {"name", "description", "toolchain", "toolchain_prefix", "toolchain_package", "arch_flags", "zig_target"}
+    assert {k: v for k, v in sdk.items() if k not in changed} == {k: v for k, v in board.items() if k not in changed}
+    with pytest.raises(CactError, match=r"no needle-fw board for the OpenWrt package architecture 'x86_64'"):
+        openwrt_sdk.board_toml("x86_64", "/sdk/bin/x-gcc", "")
+    with pytest.raises(CactError, match="not a ccache wrapper"):
+        openwrt_sdk.board_toml(arch, "ccache_cc", "")
+
+
+def test_tarball_builds_a_router_engine(dist_dir, tmp_path):
+    """The tarball holds what generating and building need: a router engine builds from it
+    alone (no git, no tests, no docs)."""
+    board = boards.load("router-mt7621")
+    missing = boards.missing_tools(board)
+    if missing:
+        pytest.skip(missing)
+    run(["tar", "-xzf", dist_dir / f"needle-fw-{__version__}.tar.gz", "-C", tmp_path])
+    tree = tmp_path / f"needle-fw-{__version__}"
+    scons("board=router-mt7621", f"build={tmp_path / 'b'}", cwd=tree)
+    assert (tmp_path / "b" / "needle").is_file() and (tmp_path / "b" / "memory.txt").is_file()

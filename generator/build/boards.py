@@ -127,7 +127,7 @@ def board_arch(board: dict) -> str:
     else:
         machine = platform.machine().lower()
         return HOST_ARCH.get(machine, "32-bit Arm (A profile)" if machine.startswith("arm") else machine)
-    cpu = target.split("-", 1)[0]
+    cpu = os.path.basename(target).split("-", 1)[0]      # a prefix may be a path (an OpenWrt SDK's gcc)
     if cpu in ("aarch64", "arm64"):
         return "aarch64"
     if cpu in ("x86_64", "amd64"):

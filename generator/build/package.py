@@ -130,13 +130,13 @@ def tree(files: dict[str, tuple[bytes, int]]) -> list[tuple[str, bytes | None, i
     return [("/".join(k), *entries[k]) for k in sorted(entries)]
 
 
-def tar_gz(entries: list[tuple[str, bytes | None, int]], mtime: int) -> bytes:
+def tar_gz(entries: list[tuple[str, bytes | None, int]], mtime: int, prefix: str = "./") -> bytes:
     """A gzip-compressed GNU tar of `entries` (path, content or None for a directory, mode), in
-    the order given, each named `./path`, owned by 0:0 (root/root), dated `mtime`."""
+    the order given, each named `<prefix>path`, owned by 0:0 (root/root), dated `mtime`."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for path, data, mode in entries:
-            info = tarfile.TarInfo(f"./{path}")     # a directory gets its trailing '/' from tarfile
+            info = tarfile.TarInfo(f"{prefix}{path}")     # a directory gets its trailing '/' from tarfile
             info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "root", "root"
             info.mode = mode
             if data is None:
