@@ -11,7 +11,8 @@ glibc or newlib; `zig` is `zig cc -target <zig_target>` from the `ziglang` Pytho
 which carries musl for every Linux target: the OpenWrt routers need static musl soft-float
 (MIPS) binaries that no Debian package builds.  A gnu Linux board may offer the musl build
 as well (`[musl]`: zig_target and arch_flags; `scons libc=musl`).  OpenWrt boards name their
-package architecture (`[package] openwrt_arch`) for `scons package=ipk`.  A bare-metal board's
+package architecture (`[package] openwrt_arch`) for `scons package=ipk|feed`; Debian-family
+boards their dpkg architecture (`[deb] architecture`) for `scons package=deb`.  A bare-metal board's
 console is `semihost` (the default: console, host files, command line and exit status through
 a debugger or QEMU) or `uart` (a UART of `[uart] kind`, `cmsdk` (the default) or `pl011`, at
 `base`, clocked at `clock_hz`, the processor at `cpu_clock_hz` when it differs; no file system;
@@ -49,7 +50,7 @@ TOP_KEYS = {
     "arch_flags": (list, True), "endianness": (str, True), "os": (str, True),
     "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
-    "package": (dict, False),
+    "package": (dict, False), "deb": (dict, False),
     "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
@@ -63,6 +64,7 @@ TABLE_KEYS = {
     "emulator": {"command": (list, True), "package": (str, True), "systick_hz": (int, False)},
     "musl": {"zig_target": (str, True), "arch_flags": (list, True)},
     "package": {"openwrt_arch": (str, True)},
+    "deb": {"architecture": (str, True)},
     "uart": {"kind": (str, False), "base": (int, True), "clock_hz": (int, True), "cpu_clock_hz": (int, False),
              "semihost_exit": (bool, False)},
     "flash": {"probe": (str, True), "pyocd_target": (str, False), "openocd": (list, False),
@@ -125,7 +127,7 @@ def board_arch(board: dict) -> str:
     else:
         machine = platform.machine().lower()
         return HOST_ARCH.get(machine, "32-bit Arm (A profile)" if machine.startswith("arm") else machine)
-    cpu = target.split("-", 1)[0]
+    cpu = os.path.basename(target).split("-", 1)[0]      # a prefix may be a path (an OpenWrt SDK's gcc)
     if cpu in ("aarch64", "arm64"):
         return "aarch64"
     if cpu in ("x86_64", "amd64"):
@@ -307,8 +309,8 @@ def load(name: str) -> dict:
     data.setdefault("toolchain_prefix", "")
     if "musl" in data and not all(isinstance(f, str) for f in data["musl"]["arch_flags"]):
         bad("musl.arch_flags must be a list of strings")
-    if ("musl" in data or "package" in data) and data["os"] != "linux":
-        bad("[musl] and [package] are for Linux boards (os = linux)")
+    if ("musl" in data or "package" in data or "deb" in data) and data["os"] != "linux":
+        bad("[musl], [package] and [deb] are for Linux boards (os = linux)")
     placements = PLACEMENTS.get(data["os"], ())
     if data["archive"]["placement"] not in placements:
         bad(f"archive.placement must be {' or '.join(placements)} on {'bare-metal' if data['os'] == 'none' else 'Linux'} boards")

@@ -130,13 +130,13 @@ def tree(files: dict[str, tuple[bytes, int]]) -> list[tuple[str, bytes | None, i
     return [("/".join(k), *entries[k]) for k in sorted(entries)]
 
 
-def tar_gz(entries: list[tuple[str, bytes | None, int]], mtime: int) -> bytes:
+def tar_gz(entries: list[tuple[str, bytes | None, int]], mtime: int, prefix: str = "./") -> bytes:
     """A gzip-compressed GNU tar of `entries` (path, content or None for a directory, mode), in
-    the order given, each named `./path`, owned by 0:0 (root/root), dated `mtime`."""
+    the order given, each named `<prefix>path`, owned by 0:0 (root/root), dated `mtime`."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for path, data, mode in entries:
-            info = tarfile.TarInfo(f"./{path}")     # a directory gets its trailing '/' from tarfile
+            info = tarfile.TarInfo(f"{prefix}{path}")     # a directory gets its trailing '/' from tarfile
             info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "root", "root"
             info.mode = mode
             if data is None:
@@ -250,18 +250,21 @@ SYSTEMD_SOCKET = "/run/needle/needle.sock"
 SYSTEMD_ARCHIVE = "/usr/local/share/needle/model.cact"
 
 
-def systemd_unit(board: dict) -> str:
+def systemd_unit(board: dict, binary: str = SYSTEMD_BINARY, archive_path: str = SYSTEMD_ARCHIVE,
+                 environment: str | None = None) -> str:
     """needle.service for a Linux board: `needle --serve` on SYSTEMD_SOCKET, sandboxed.  An engine
     that reads its archive from a file (placement `file`) gets `--archive SYSTEMD_ARCHIVE`, that
     directory read-only and a check that the file is there; one that links its archive in (the
-    Raspberry Pi boards) refuses `--archive`, so its unit has none."""
+    Raspberry Pi boards) refuses `--archive`, so its unit has none.  The Debian package
+    (generator.build.deb) installs the executable and the archive under /usr and gives an
+    `environment` file whose NEEDLE_OPTS are added to the command line."""
     if board["os"] != "linux":
         raise CactError(f"board {board['name']} is bare metal (os = none): a systemd unit is for the "
                         "Linux boards (rpi-zero, rpi-zero2, rpi5, ...)")
-    archive = SYSTEMD_ARCHIVE if board["archive"]["placement"] == "file" else None
+    archive = archive_path if board["archive"]["placement"] == "file" else None
     return _environment().get_template("needle.service.j2").render(
-        board=board["name"], binary=SYSTEMD_BINARY, socket=SYSTEMD_SOCKET, archive=archive,
-        archive_dir=os.path.dirname(SYSTEMD_ARCHIVE))
+        board=board["name"], binary=binary, socket=SYSTEMD_SOCKET, archive=archive,
+        archive_dir=os.path.dirname(archive_path), environment=environment)
 
 
 def _write_atomic(path: str, blob: bytes) -> str:
@@ -285,7 +288,7 @@ def write_systemd_unit(board: dict, out_dir: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
-        raise CactError(f"{message} (see python -m generator.build.package --help)")
+        raise CactError(f"{message} (see {self.prog} --help)")
 
 
 def main(argv: list[str] | None = None) -> int:

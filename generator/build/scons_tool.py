@@ -7,6 +7,8 @@
 * ``env.NeedlePrefix(asm, prefix_bin)`` writes the .S that links a prefix snapshot into the
   firmware (docs/snapshot.md).
 * ``env.NeedleIpk(ipk, [executable, report])`` writes the OpenWrt package (generator.build.package).
+* ``env.NeedleFeed([ipk, Packages, ...], [executable, report, key?])`` writes an opkg feed (generator.build.feed).
+* ``env.NeedleDeb(deb, [executable, archive, report])`` writes the Debian package (generator.build.deb).
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
 * ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
@@ -176,6 +178,29 @@ def _ipk_action(target, source, env):
 
 def _ipk_str(target, source, env):
     return _say(env, f"IPK {target[0].path}", f"package {target[0].path} <- {source[0].path}")
+
+
+def _feed_action(target, source, env):
+    from generator.build import feed
+    return _refused(f"feed of {source[0].path}",
+                    lambda: feed.write_feed(_board(env), source[0].abspath, os.path.dirname(target[0].abspath),
+                                            env["NEEDLE_FEED_KEY"] or None))
+
+
+def _feed_str(target, source, env):
+    signed = " (signed)" if env["NEEDLE_FEED_KEY"] else ""
+    return f"feed {os.path.dirname(target[0].path)}{signed} <- {source[0].path}"
+
+
+def _deb_action(target, source, env):
+    from generator.build import deb
+    return _refused(f"Debian package of {source[0].path}",
+                    lambda: deb.write_deb(_board(env), source[0].abspath, source[1].abspath,
+                                          os.path.dirname(target[0].abspath)))
+
+
+def _deb_str(target, source, env):
+    return f"package {target[0].path} <- {source[0].path}"
 
 
 def _images_emitter(target, source, env):
@@ -348,6 +373,10 @@ def generate(env):
         action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]))
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
+    env["BUILDERS"]["NeedleFeed"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_feed_action, _feed_str, varlist=["NEEDLE_BOARD", "libc", "NEEDLE_FEED_KEY"]))
+    env["BUILDERS"]["NeedleDeb"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_deb_action, _deb_str, varlist=["NEEDLE_BOARD", "libc"]))
 
 
 def exists(env):
