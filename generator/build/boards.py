@@ -50,7 +50,7 @@ TOP_KEYS = {
     "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
     "package": (dict, False),
-    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
+    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False), "heap_bytes": (int, False),
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
@@ -355,9 +355,12 @@ def load(name: str) -> dict:
         for key in ("stack_bytes", "max_text"):
             if key not in data or data[key] <= 0:
                 bad(f"{key} must be a positive integer")
+        if data.setdefault("heap_bytes", 0) < 0 or data["heap_bytes"] % 8:
+            bad("heap_bytes (the C library's heap for a program of your own; 0: none) must be a "
+                "non-negative multiple of 8")
     else:
-        if "stack_bytes" in data or "regions" in data["memory"]:
-            bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+        if "stack_bytes" in data or "regions" in data["memory"] or "heap_bytes" in data:
+            bad("stack_bytes, heap_bytes and memory.regions are for bare-metal boards (os = none)")
     if "prefill_chunk" in data and not 1 <= data["prefill_chunk"] <= 256:
         bad("prefill_chunk (tokens per prefill pass; 1: token by token) must be 1 to 256")
     if "cores" in data and (data["os"] != "linux" or not 1 <= data["cores"] <= 64):
