@@ -66,7 +66,7 @@ TABLE_KEYS = {
     "uart": {"kind": (str, False), "base": (int, True), "clock_hz": (int, True), "cpu_clock_hz": (int, False),
              "semihost_exit": (bool, False)},
     "flash": {"probe": (str, True), "pyocd_target": (str, False), "openocd": (list, False),
-              "openocd_commands": (list, False)},
+              "openocd_commands": (list, False), "uf2_family": (str, False)},
 }
 TOOLCHAINS = ("gnu", "zig")
 PLACEMENTS = {"none": ("linked", "partition"), "linux": ("linked", "file")}
@@ -74,7 +74,7 @@ REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
 OPTIONAL_REGION_USES = ("stack",)       # a stack of its own (internal SRAM, usable before the BSP
                                         # brings up external RAM); otherwise the stack follows .bss
-PROBES = ("pyocd", "openocd")           # [flash] probe: how `scons flash=1` programs the board
+PROBES = ("pyocd", "openocd", "picotool")   # [flash] probe: how `scons flash=1` programs the board
 # boot_block: a block the board's boot ROM needs in the image (startup.c emits it, link.ld
 # places it right after the vector table and checks where it lands)
 BOOT_BLOCKS = {"rp2350-image-def": "-DNEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF=1"}
@@ -399,12 +399,17 @@ def load(name: str) -> dict:
         for key in ("openocd", "openocd_commands"):
             if not all(isinstance(f, str) for f in fl.get(key, [])):
                 bad(f"flash.{key} must be a list of strings")
-        if not fl.get("pyocd_target") and not fl.get("openocd"):
+        if not fl.get("pyocd_target") and not fl.get("openocd") and fl["probe"] != "picotool":
             bad("[flash] needs pyocd_target or openocd (config files)")
         if fl["probe"] == "pyocd" and not fl.get("pyocd_target"):
             bad("flash.probe = \"pyocd\" needs flash.pyocd_target")
         if fl["probe"] == "openocd" and not fl.get("openocd"):
             bad("flash.probe = \"openocd\" needs flash.openocd (config files)")
+        from generator.build import uf2
+        if "uf2_family" in fl and fl["uf2_family"] not in uf2.FAMILIES:
+            bad(f"flash.uf2_family must be one of {', '.join(uf2.FAMILIES)} (generator/build/uf2.py)")
+        if fl["probe"] == "picotool" and "uf2_family" not in fl:
+            bad("flash.probe = \"picotool\" loads a UF2 image: it needs flash.uf2_family")
     if "grammar" in data:                # the call grammar's table bounds (generator/tools/tables.py)
         problem = tables.check_bounds(data["grammar"])
         if problem:

@@ -21,10 +21,11 @@ import os
 import shutil
 import subprocess
 
-from generator.build import images
+from generator.build import images, uf2
 from generator.errors import CactError
 
-INSTALL = {"pyocd": "pip install pyocd", "openocd": "apt-get install openocd"}
+INSTALL = {"pyocd": "pip install pyocd", "openocd": "apt-get install openocd",
+           "picotool": "build picotool 2.x from github.com/raspberrypi/picotool (Debian 12 has no package)"}
 
 
 def probe_for(board: dict, probe: str | None = None) -> str:
@@ -51,6 +52,9 @@ def refusal(board: dict, probe: str | None = None, dry: bool = False) -> str | N
     if probe == "openocd" and not fl.get("openocd"):
         return (f"board {name} is not programmed with openocd (no flash.openocd in "
                 f"boards/{name}.toml): use probe=pyocd")
+    if probe == "picotool" and not uf2.family(board):
+        return (f"board {name} is not an RP2350: picotool loads UF2 images (flash.uf2_family): "
+                f"use probe={fl['probe'] if fl['probe'] != 'picotool' else 'openocd'}")
     if not dry and not shutil.which(probe):
         return f"flashing board {name} needs {probe}, which is not on PATH: {INSTALL[probe]}"
     return None
@@ -77,6 +81,8 @@ def commands(board: dict, build_dir: str, probe: str | None = None) -> list[list
         raise CactError(problem)
     probe = probe_for(board, probe)
     fl = board["flash"]
+    if probe == "picotool":          # every region in one UF2 file, over USB (BOOTSEL)
+        return [["picotool", "load", "-x", os.path.join(build_dir, uf2.FILE_NAME)]]
     todo = image_list(board, build_dir)
     out = []
     for i, (path, address) in enumerate(todo):
