@@ -54,7 +54,7 @@ TOP_KEYS = {
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
-    "grammar": (dict, False),
+    "grammar": (dict, False), "slots": (dict, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -410,6 +410,13 @@ def load(name: str) -> dict:
             bad(f"flash.uf2_family must be one of {', '.join(uf2.FAMILIES)} (generator/build/uf2.py)")
         if fl["probe"] == "picotool" and "uf2_family" not in fl:
             bad("flash.probe = \"picotool\" loads a UF2 image: it needs flash.uf2_family")
+    if "slots" in data:                  # MCUboot's slots (generator/build/mcuboot.py, sign=KEY)
+        if data["os"] != "none":
+            bad("[slots] (MCUboot's flash slots) is for bare-metal boards (os = none)")
+        from generator.build import mcuboot
+        problem = mcuboot.check_slots(data)
+        if problem:
+            bad(problem)
     if "grammar" in data:                # the call grammar's table bounds (generator/tools/tables.py)
         problem = tables.check_bounds(data["grammar"])
         if problem:

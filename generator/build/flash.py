@@ -71,7 +71,16 @@ def image_list(board: dict, build_dir: str) -> list[tuple[str, int]]:
         raise CactError(f"cannot read {path}: {exc} (build the board first)") from None
     code = next(r["name"] for r in board["memory"]["regions"] if r["use"] == "code")
     entries = sorted(entries, key=lambda e: e["region"] == code)     # stable: code last
-    return [(os.path.join(build_dir, e["file"]), int(e["address"], 16)) for e in entries]
+    out = [(os.path.join(build_dir, e["file"]), int(e["address"], 16)) for e in entries]
+    if "slots" in board:          # MCUboot boots the signed image in its primary slot, not the raw code
+        from generator.build import mcuboot
+        signed = os.path.join(build_dir, mcuboot.signed_name(board))
+        if not os.path.exists(signed):
+            raise CactError(f"board {board['name']} boots through MCUboot: build with sign=KEY first, so "
+                            "flash= programs the signed image at the primary slot (MCUboot itself is "
+                            "flashed at the bootloader slot on its own)")
+        out[-1] = (signed, board["slots"]["primary"]["origin"])
+    return out
 
 
 def commands(board: dict, build_dir: str, probe: str | None = None) -> list[list[str]]:
