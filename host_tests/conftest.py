@@ -47,7 +47,7 @@ FILE_TIERS = {
     "quick": ("test_calibrate", "test_cli_errors", "test_codegen", "test_demo_archive", "test_docs_site", "test_grammar", "test_inspect",
               "test_layers", "test_packaging", "test_reader_malformed", "test_reference", "test_roundtrip", "test_runner",
               "test_task", "test_tokenizer", "test_workflow"),
-    "emulator": ("test_boards", "test_debug_build", "test_flash", "test_flash_images", "test_mcuboot", "test_uf2", "test_kernels",
+    "emulator": ("test_boards", "test_debug_build", "test_flash", "test_flash_images", "test_mcuboot", "test_sha256_hook", "test_uf2", "test_kernels",
                  "test_kernels_mcu", "test_libc", "test_library", "test_partition", "test_package", "test_prefill",
                  "test_profile", "test_routers", "test_semihost_cmdline", "test_serve_soak", "test_softfloat",
                  "test_stack", "test_threads", "test_uart"),

@@ -54,7 +54,7 @@ TOP_KEYS = {
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
-    "grammar": (dict, False), "slots": (dict, False),
+    "grammar": (dict, False), "slots": (dict, False), "sha256": (str, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -82,6 +82,9 @@ CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firm
 # console = "uart": the UART's IP, one register-level driver each (firmware/hal/uart/uart_<kind>.c)
 # under the shared console logic (hal_uart.c); the first is the default
 UART_KINDS = ("cmsdk", "pl011")
+# sha256 = KIND: the board's hash accelerator computes the boot-time archive SHA-256
+# (firmware/hal/sha256/sha256_<kind>.c, overriding the engine's weak software hal_sha256)
+SHA256_KINDS = ("rp2350", "stm32h7")
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
 ADDRESS_SPACE = 1 << 32                 # bare-metal boards are 32-bit: every region ends below 4 GiB
@@ -410,6 +413,11 @@ def load(name: str) -> dict:
             bad(f"flash.uf2_family must be one of {', '.join(uf2.FAMILIES)} (generator/build/uf2.py)")
         if fl["probe"] == "picotool" and "uf2_family" not in fl:
             bad("flash.probe = \"picotool\" loads a UF2 image: it needs flash.uf2_family")
+    if "sha256" in data and (data["os"] != "none" or data["sha256"] not in SHA256_KINDS
+                             or data["archive"]["placement"] != "partition"):
+        bad(f"sha256 (a hash accelerator for the boot-time archive check) must be one of "
+            f"{', '.join(SHA256_KINDS)}, on a bare-metal board whose archive is a partition (the boards "
+            "that hash it at boot)")
     if "slots" in data:                  # MCUboot's slots (generator/build/mcuboot.py, sign=KEY)
         if data["os"] != "none":
             bad("[slots] (MCUboot's flash slots) is for bare-metal boards (os = none)")
@@ -582,10 +590,11 @@ def runtime_sources(board: dict) -> list[str]:
 def hal_sources(board: dict) -> list[str]:
     """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
     the shared console logic plus the driver of the board's UART kind."""
+    extra = [f"hal/sha256/sha256_{board['sha256']}.c"] if "sha256" in board else []
     if board["console"] == "uart":
         return ["hal/uart/hal_uart.c", f"hal/uart/uart_{board['uart'].get('kind', UART_KINDS[0])}.c",
-                "hal/cmdline.c"]
-    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"]
+                "hal/cmdline.c"] + extra
+    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"] + extra
 
 
 def hal_defines(board: dict) -> list[str]:

@@ -62,6 +62,7 @@ BOARD_ENTRY = "Reset_Handler"
 # libneedle_board.a, so the link names one of them and the whole object comes in first.
 SYSCALL_SOURCES = ["baremetal/syscalls.c"]
 SYSCALL_ENTRY = "_write"
+SHA256_HOOK = "hal_sha256"
 # The needle firmware links newlib-nano (it formats on its own); a user's program on the board
 # support gets the full newlib, whose printf has %lld and %f (newlib-nano's has neither).
 NANO = ("--specs=nano.specs",)
@@ -116,7 +117,9 @@ def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) ->
     # needle::board / needle-board.pc: the start-up files, linker script and entry on top
     # (the full newlib, not newlib-nano: a user's printf has %lld and %f; the engine calls none of it)
     board_link = [f for f in link if f not in needle_link and f not in NANO] + [
-        f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"]
+        f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"] + (
+        # a hash accelerator's hal_sha256 must win over the engine's weak software one
+        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else [])
     arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
     return {
         "version": __version__, "board": board["name"], "os": board["os"], "bare": bare,
