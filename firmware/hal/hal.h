@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The program: argv[0] is the program name. Returns the exit status.  needle_cli is the
  * CLI (cli/main.c); main (cli/entry.c for the CLI, or a library user's own application) is
@@ -22,6 +23,10 @@ void hal_flush(void);
 /* Flush standard output: 0 if every write to it so far went through, else -1 with
  * hal_reason() set (e.g. a full disk or a closed pipe behind a redirection). */
 int hal_out_status(void);
+/* Bare metal: read up to n bytes of the console's input (semihosting's standard input, or the
+ * UART: up to and including a line's '\n'; it waits for the first byte).  The count, 0 at
+ * the end of the input, -1 on error.  newlib's _read (baremetal/syscalls.c) calls it. */
+long hal_console_read(char *buf, size_t n);
 
 /* Whole-file read into buf (NUL-terminated). 0, or -1 with hal_reason() set (Linux: a
  * regular file or a pipe is read; a directory is "is a directory", a device or socket "is
@@ -47,5 +52,16 @@ void hal_printf(const char *fmt, ...);
 /* One error line, "needle: error: <fmt...>\n", on standard error; returns `code` (the exit
  * status the caller passes on). */
 int hal_fail(int code, const char *fmt, ...);
+
+/* The whole-archive SHA-256 a partition board's engine computes at boot (needle_boot): FIPS
+ * 180-4's digest of data[0..n) into out.  The engine defines it weak (the software hash); a
+ * board with a hash accelerator overrides it (board file sha256 = "rp2350" | "stm32h7":
+ * hal/sha256/sha256_<kind>.c). */
+void hal_sha256(const uint8_t *data, size_t n, uint8_t out[32]);
+
+/* Bare metal: baremetal/syscalls.c (libneedle_board.a, a user's program only) defines it;
+ * hal_main ends through it when it is linked, so the C library's exit() flushes stdio and
+ * runs atexit handlers.  The needle firmware does not link it (a null weak reference). */
+void hal_libc_exit(int code) __attribute__((weak, noreturn));
 
 #endif

@@ -51,11 +51,11 @@ TOP_KEYS = {
     "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
     "package": (dict, False), "deb": (dict, False),
-    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False),
+    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False), "heap_bytes": (int, False),
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
-    "grammar": (dict, False),
+    "grammar": (dict, False), "slots": (dict, False), "sha256": (str, False),
 }
 TABLE_KEYS = {
     "memory": {"ram_bytes": (int, True), "kv_budget_bytes": (int, True), "flash_bytes": (int, True),
@@ -68,7 +68,7 @@ TABLE_KEYS = {
     "uart": {"kind": (str, False), "base": (int, True), "clock_hz": (int, True), "cpu_clock_hz": (int, False),
              "semihost_exit": (bool, False)},
     "flash": {"probe": (str, True), "pyocd_target": (str, False), "openocd": (list, False),
-              "openocd_commands": (list, False)},
+              "openocd_commands": (list, False), "uf2_family": (str, False)},
 }
 TOOLCHAINS = ("gnu", "zig")
 PLACEMENTS = {"none": ("linked", "partition"), "linux": ("linked", "file")}
@@ -76,7 +76,7 @@ REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
 OPTIONAL_REGION_USES = ("stack",)       # a stack of its own (internal SRAM, usable before the BSP
                                         # brings up external RAM); otherwise the stack follows .bss
-PROBES = ("pyocd", "openocd")           # [flash] probe: how `scons flash=1` programs the board
+PROBES = ("pyocd", "openocd", "picotool")   # [flash] probe: how `scons flash=1` programs the board
 # boot_block: a block the board's boot ROM needs in the image (startup.c emits it, link.ld
 # places it right after the vector table and checks where it lands)
 BOOT_BLOCKS = {"rp2350-image-def": "-DNEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF=1"}
@@ -84,6 +84,9 @@ CONSOLES = ("semihost", "uart")         # bare metal: the HAL behind hal.h (firm
 # console = "uart": the UART's IP, one register-level driver each (firmware/hal/uart/uart_<kind>.c)
 # under the shared console logic (hal_uart.c); the first is the default
 UART_KINDS = ("cmsdk", "pl011")
+# sha256 = KIND: the board's hash accelerator computes the boot-time archive SHA-256
+# (firmware/hal/sha256/sha256_<kind>.c, overriding the engine's weak software hal_sha256)
+SHA256_KINDS = ("rp2350", "stm32h7")
 OWN_KEYS = ("name", "description")      # every file states these itself
 DEFAULT_MAX_TEXT = 16384                # prompt bytes the tokenizer accepts (Linux boards)
 ADDRESS_SPACE = 1 << 32                 # bare-metal boards are 32-bit: every region ends below 4 GiB
@@ -357,9 +360,12 @@ def load(name: str) -> dict:
         for key in ("stack_bytes", "max_text"):
             if key not in data or data[key] <= 0:
                 bad(f"{key} must be a positive integer")
+        if data.setdefault("heap_bytes", 0) < 0 or data["heap_bytes"] % 8:
+            bad("heap_bytes (the C library's heap for a program of your own; 0: none) must be a "
+                "non-negative multiple of 8")
     else:
-        if "stack_bytes" in data or "regions" in data["memory"]:
-            bad("stack_bytes and memory.regions are for bare-metal boards (os = none)")
+        if "stack_bytes" in data or "regions" in data["memory"] or "heap_bytes" in data:
+            bad("stack_bytes, heap_bytes and memory.regions are for bare-metal boards (os = none)")
     if "prefill_chunk" in data and not 1 <= data["prefill_chunk"] <= 256:
         bad("prefill_chunk (tokens per prefill pass; 1: token by token) must be 1 to 256")
     if "cores" in data and (data["os"] != "linux" or not 1 <= data["cores"] <= 64):
@@ -398,12 +404,29 @@ def load(name: str) -> dict:
         for key in ("openocd", "openocd_commands"):
             if not all(isinstance(f, str) for f in fl.get(key, [])):
                 bad(f"flash.{key} must be a list of strings")
-        if not fl.get("pyocd_target") and not fl.get("openocd"):
+        if not fl.get("pyocd_target") and not fl.get("openocd") and fl["probe"] != "picotool":
             bad("[flash] needs pyocd_target or openocd (config files)")
         if fl["probe"] == "pyocd" and not fl.get("pyocd_target"):
             bad("flash.probe = \"pyocd\" needs flash.pyocd_target")
         if fl["probe"] == "openocd" and not fl.get("openocd"):
             bad("flash.probe = \"openocd\" needs flash.openocd (config files)")
+        from generator.build import uf2
+        if "uf2_family" in fl and fl["uf2_family"] not in uf2.FAMILIES:
+            bad(f"flash.uf2_family must be one of {', '.join(uf2.FAMILIES)} (generator/build/uf2.py)")
+        if fl["probe"] == "picotool" and "uf2_family" not in fl:
+            bad("flash.probe = \"picotool\" loads a UF2 image: it needs flash.uf2_family")
+    if "sha256" in data and (data["os"] != "none" or data["sha256"] not in SHA256_KINDS
+                             or data["archive"]["placement"] != "partition"):
+        bad(f"sha256 (a hash accelerator for the boot-time archive check) must be one of "
+            f"{', '.join(SHA256_KINDS)}, on a bare-metal board whose archive is a partition (the boards "
+            "that hash it at boot)")
+    if "slots" in data:                  # MCUboot's slots (generator/build/mcuboot.py, sign=KEY)
+        if data["os"] != "none":
+            bad("[slots] (MCUboot's flash slots) is for bare-metal boards (os = none)")
+        from generator.build import mcuboot
+        problem = mcuboot.check_slots(data)
+        if problem:
+            bad(problem)
     if "grammar" in data:                # the call grammar's table bounds (generator/tools/tables.py)
         problem = tables.check_bounds(data["grammar"])
         if problem:
@@ -569,10 +592,11 @@ def runtime_sources(board: dict) -> list[str]:
 def hal_sources(board: dict) -> list[str]:
     """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
     the shared console logic plus the driver of the board's UART kind."""
+    extra = [f"hal/sha256/sha256_{board['sha256']}.c"] if "sha256" in board else []
     if board["console"] == "uart":
         return ["hal/uart/hal_uart.c", f"hal/uart/uart_{board['uart'].get('kind', UART_KINDS[0])}.c",
-                "hal/cmdline.c"]
-    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"]
+                "hal/cmdline.c"] + extra
+    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"] + extra
 
 
 def hal_defines(board: dict) -> list[str]:

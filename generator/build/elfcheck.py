@@ -84,11 +84,13 @@ class Report:
         deepest = f"{self.stack_bytes:,}" if self.stack_bytes is not None else "n/a"
         if ".stack" in self.ram:
             below = {".stack_guard": "guard", ".fault_stack": "fault stack"}
-            rest = sum(v for k, v in self.ram.items() if k != ".stack" and k not in below)
+            rest = sum(v for k, v in self.ram.items() if k not in (".stack", ".heap") and k not in below)
             extra = "".join(f" + {label} {self.ram[k]:,}" for k, label in below.items() if k in self.ram)
+            # heap_bytes (board file): the C library's heap of a program on the board support
+            heap = f" + heap {self.ram['.heap']:,}" if ".heap" in self.ram else ""
             if self.stack is not None and self.stack.bytes is not None:
                 deepest += f": own code {self.stack.own:,} + library {self.stack.library:,}"
-            return (f"  RAM   {self.ram_total:>12,d} bytes = data+bss {rest:,} + stack reserved "
+            return (f"  RAM   {self.ram_total:>12,d} bytes = data+bss {rest:,}{heap} + stack reserved "
                     f"{self.ram['.stack']:,}{extra} (deepest call path uses {deepest})")
         own = " (deepest own-code call path; the C library not counted)" if self.stack_bytes is not None else ""
         return f"  RAM   {self.ram_total:>12,d} bytes = data+bss {sum(self.ram.values()):,} + stack {deepest}{own}"

@@ -55,6 +55,10 @@ def link_flags(board: dict, script: str | None = None, map_file: str | None = No
         # --emit-relocs: the image keeps its relocations (not loaded), so the post-link check
         # knows which words are function pointers (generator.build.elfcheck, worst stack)
         flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-Wl,--emit-relocs", f"-T{script}"]
+        if "slots" in board:
+            # the code region starts MCUboot's header into a slot: without --nmagic the first
+            # segment would start at the page below and load the ELF headers into the header
+            flags.append("-Wl,--nmagic")
         if map_file:
             flags.append(f"-Wl,-Map={map_file}")
     elif board["toolchain_prefix"] or board.get("toolchain") == "zig":

@@ -21,10 +21,11 @@ import os
 import shutil
 import subprocess
 
-from generator.build import images
+from generator.build import images, uf2
 from generator.errors import CactError
 
-INSTALL = {"pyocd": "pip install pyocd", "openocd": "apt-get install openocd"}
+INSTALL = {"pyocd": "pip install pyocd", "openocd": "apt-get install openocd",
+           "picotool": "build picotool 2.x from github.com/raspberrypi/picotool (Debian 12 has no package)"}
 
 
 def probe_for(board: dict, probe: str | None = None) -> str:
@@ -51,6 +52,9 @@ def refusal(board: dict, probe: str | None = None, dry: bool = False) -> str | N
     if probe == "openocd" and not fl.get("openocd"):
         return (f"board {name} is not programmed with openocd (no flash.openocd in "
                 f"boards/{name}.toml): use probe=pyocd")
+    if probe == "picotool" and not uf2.family(board):
+        return (f"board {name} is not an RP2350: picotool loads UF2 images (flash.uf2_family): "
+                f"use probe={fl['probe'] if fl['probe'] != 'picotool' else 'openocd'}")
     if not dry and not shutil.which(probe):
         return f"flashing board {name} needs {probe}, which is not on PATH: {INSTALL[probe]}"
     return None
@@ -67,7 +71,16 @@ def image_list(board: dict, build_dir: str) -> list[tuple[str, int]]:
         raise CactError(f"cannot read {path}: {exc} (build the board first)") from None
     code = next(r["name"] for r in board["memory"]["regions"] if r["use"] == "code")
     entries = sorted(entries, key=lambda e: e["region"] == code)     # stable: code last
-    return [(os.path.join(build_dir, e["file"]), int(e["address"], 16)) for e in entries]
+    out = [(os.path.join(build_dir, e["file"]), int(e["address"], 16)) for e in entries]
+    if "slots" in board:          # MCUboot boots the signed image in its primary slot, not the raw code
+        from generator.build import mcuboot
+        signed = os.path.join(build_dir, mcuboot.signed_name(board))
+        if not os.path.exists(signed):
+            raise CactError(f"board {board['name']} boots through MCUboot: build with sign=KEY first, so "
+                            "flash= programs the signed image at the primary slot (MCUboot itself is "
+                            "flashed at the bootloader slot on its own)")
+        out[-1] = (signed, board["slots"]["primary"]["origin"])
+    return out
 
 
 def commands(board: dict, build_dir: str, probe: str | None = None) -> list[list[str]]:
@@ -77,6 +90,8 @@ def commands(board: dict, build_dir: str, probe: str | None = None) -> list[list
         raise CactError(problem)
     probe = probe_for(board, probe)
     fl = board["flash"]
+    if probe == "picotool":          # every region in one UF2 file, over USB (BOOTSEL)
+        return [["picotool", "load", "-x", os.path.join(build_dir, uf2.FILE_NAME)]]
     todo = image_list(board, build_dir)
     out = []
     for i, (path, address) in enumerate(todo):

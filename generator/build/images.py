@@ -17,6 +17,7 @@ import os
 
 from elftools.elf.elffile import ELFFile
 
+from generator.build import uf2
 from generator.errors import CactError
 
 MANIFEST = "images.json"
@@ -34,6 +35,8 @@ def expected_images(board: dict) -> list[str]:
     for r in board["memory"]["regions"]:
         if r["use"] == "code" or (r["use"] == "archive" and board["archive"]["placement"] == "linked"):
             names.append(image_name(r, r["origin"]))
+    if uf2.family(board):
+        names.append(uf2.FILE_NAME)
     return names
 
 
@@ -90,7 +93,16 @@ def split_images(elf_path: str, board: dict, out_dir: str, archive_image: str | 
         entries.append({"file": os.path.basename(archive_image), "region": region["name"],
                         "address": f"0x{region['origin']:08X}", "size": len(data),
                         "sha256": hashlib.sha256(data).hexdigest()})
+    manifest = {"board": board["name"], "images": entries}
+    if uf2.family(board):
+        data = uf2.for_board(board, loads)
+        with open(os.path.join(out_dir, uf2.FILE_NAME), "wb") as fh:
+            fh.write(data)
+        family_id = uf2.FAMILIES[uf2.family(board)][0]
+        manifest["uf2"] = {"file": uf2.FILE_NAME, "family": uf2.family(board), "family_id": f"0x{family_id:08X}",
+                           "blocks": len(data) // uf2.BLOCK, "size": len(data),
+                           "sha256": hashlib.sha256(data).hexdigest()}
     with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8", newline="\n") as fh:
-        json.dump({"board": board["name"], "images": entries}, fh, indent=2)
+        json.dump(manifest, fh, indent=2)
         fh.write("\n")
     return entries

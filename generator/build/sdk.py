@@ -57,6 +57,15 @@ BOARD_METADATA = {"needle-board.pc": "lib/pkgconfig/needle-board.pc"}
 # the reference board support's entry: nothing references the start-up object, so the link
 # names its reset handler (which keeps the vector table and pulls in the console)
 BOARD_ENTRY = "Reset_Handler"
+# newlib's system calls on the HAL (firmware/baremetal/syscalls.c): in libneedle_board.a only,
+# never in the needle firmware (whose engine is heap-free).  The C library is searched after
+# libneedle_board.a, so the link names one of them and the whole object comes in first.
+SYSCALL_SOURCES = ["baremetal/syscalls.c"]
+SYSCALL_ENTRY = "_write"
+SHA256_HOOK = "hal_sha256"
+# The needle firmware links newlib-nano (it formats on its own); a user's program on the board
+# support gets the full newlib, whose printf has %lld and %f (newlib-nano's has neither).
+NANO = ("--specs=nano.specs",)
 PROCESSORS = {"arm": "arm", "mips": "mips"}
 
 
@@ -106,7 +115,11 @@ def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) ->
     # needle::needle / needle.pc: the flags that must match the library's objects
     needle_link = [f for f in link if f in arch or f == "-static"] + (["-pthread"] if threads > 1 else [])
     # needle::board / needle-board.pc: the start-up files, linker script and entry on top
-    board_link = [f for f in link if f not in needle_link] + [f"-Wl,--undefined={BOARD_ENTRY}"]
+    # (the full newlib, not newlib-nano: a user's printf has %lld and %f; the engine calls none of it)
+    board_link = [f for f in link if f not in needle_link and f not in NANO] + [
+        f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"] + (
+        # a hash accelerator's hal_sha256 must win over the engine's weak software one
+        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else [])
     arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
     return {
         "version": __version__, "board": board["name"], "os": board["os"], "bare": bare,

@@ -86,6 +86,7 @@ def linker_context(board: dict, archive_bytes: int) -> dict:
     return {"generator_version": __version__, "board": board["name"],
             "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
             "stack_guard_bytes": stack_guard_bytes(board), "fault_stack_bytes": FAULT_STACK_BYTES,
+            "heap_bytes": board.get("heap_bytes", 0),
             "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
             "archive_length": arch["length"], "code": _region(board, "code")["name"],
             "data": _region(board, "data")["name"], "archive": arch["name"]}

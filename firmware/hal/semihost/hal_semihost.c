@@ -11,6 +11,7 @@ enum {
     SYS_GET_CMDLINE = 0x15, SYS_EXIT_EXTENDED = 0x20,
 };
 #define ADP_STOPPED_APPLICATION_EXIT 0x20026u
+#define OPEN_R   0u   /* "r": ":tt" opened so is standard input */
 #define OPEN_R_B 1u   /* "rb" */
 #define OPEN_W   4u   /* "w": ":tt" opened so is standard output */
 #define OPEN_W_B 5u   /* "wb" */
@@ -25,7 +26,7 @@ static int32_t semihost(uint32_t op, const void *arg)
     return (int32_t)r0;
 }
 
-static int32_t console_out = -1, console_err = -1;
+static int32_t console_out = -1, console_err = -1, console_in = -2;   /* -2: not opened yet */
 static const char *reason = "";
 static const char *out_reason;   /* first failure writing standard output, sticky */
 
@@ -59,6 +60,17 @@ int hal_out_status(void)
     return -1;
 }
 const char *hal_reason(void) { return reason; }
+
+long hal_console_read(char *buf, size_t n)
+{
+    if (console_in == -2) console_in = open_file(":tt", OPEN_R);
+    if (console_in < 0) { reason = "the debugger's standard input could not be opened"; return -1; }
+    if (!n) return 0;
+    uint32_t args[3] = { (uint32_t)console_in, (uint32_t)(uintptr_t)buf, (uint32_t)n };
+    int32_t left = semihost(SYS_READ, args);      /* the count NOT read */
+    if (left < 0 || (size_t)left > n) { reason = "reading the debugger's standard input failed"; return -1; }
+    return (long)(n - (size_t)left);
+}
 
 int hal_read_file(const char *path, char *buf, size_t cap, size_t *len)
 {
@@ -144,5 +156,7 @@ void hal_main(void)
                     "semihosting buffer): pass shorter arguments\n");
     cmdline[args[1]] = 0;
     int argc = cmdline_split(cmdline, argv_buf, 0);
-    hal_exit(main(argc, argv_buf));    /* no command line: argc 1 (the program decides) */
+    int status = main(argc, argv_buf);   /* no command line: argc 1 (the program decides) */
+    if (hal_libc_exit) hal_libc_exit(status);   /* a user's program with the C library's stdio */
+    hal_exit(status);
 }

@@ -40,6 +40,17 @@ void hal_flush(void) { uart_drain(); }
 int hal_out_status(void) { return 0; }                 /* a UART takes every byte, in time */
 const char *hal_reason(void) { return reason; }
 
+long hal_console_read(char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        char c = (char)uart_get();
+        buf[got++] = c;
+        if (c == '\n') break;
+    }
+    return (long)got;
+}
+
 /* No file system: --tools, --logits, --heads and friends fail with this reason. */
 static const char NO_FS[] = "no file system on this board: the UART console has none (file options "
                             "need the semihosting console, console = \"semihost\", under a debugger)";
@@ -130,5 +141,7 @@ void hal_main(void)
     line_buf[n] = 0;
     argv_buf[0] = program;
     int argc = cmdline_split(line_buf, argv_buf, 1);
-    hal_exit(main(argc, argv_buf));    /* no line: argc 1 (the CLI runs its demo prompt) */
+    int status = main(argc, argv_buf);  /* no line: argc 1 (the CLI runs its demo prompt) */
+    if (hal_libc_exit) hal_libc_exit(status);   /* a user's program with the C library's stdio */
+    hal_exit(status);
 }
