@@ -47,12 +47,14 @@ def test_only_the_routers_file_brings_ziglang_and_the_suite_gets_it():
 
 def test_pyproject_ranges_admit_the_pinned_releases():
     """Every runtime dependency and extra of pyproject.toml admits the release the requirements
-    files pin (what ./setup and CI test), every pinned package is in pyproject.toml, and
+    files pin (what ./setup and CI test; the docs and train extras: requirements-docs.txt and
+    train/requirements.txt), every pinned package is in pyproject.toml, and
     ziglang is only in the routers extra."""
     import tomllib
     from packaging.requirements import Requirement      # pytest's own dependency
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = {**_pins("requirements.txt"), **_pins("requirements-routers.txt"), **_pins("requirements-test.txt")}
+    pins = {**_pins("requirements.txt"), **_pins("requirements-routers.txt"), **_pins("requirements-test.txt"),
+            **_pins("requirements-docs.txt"), **_pins("train/requirements.txt")}
     extras = project["optional-dependencies"]
     reqs = [Requirement(r) for r in project["dependencies"] + [r for extra in extras.values() for r in extra]]
     assert sorted(pins) == sorted(r.name for r in reqs)
