@@ -280,14 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--binary", required=True, help="the built executable (stripped)")
     p.add_argument("--archive", required=True, help="the .cact archive it was generated for")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the directory to write into")
-    try:
-        args = p.parse_args(argv)
-        print(write_deb(boards.load(args.board), args.binary, args.archive, args.output))
-        return 0
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
+    return p.run(argv, lambda args: print(write_deb(boards.load(args.board), args.binary, args.archive, args.output)))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -106,15 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                         description="Write the release tarball and the OpenWrt SDK package Makefile.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the directory to write into")
     p.add_argument("--url", help=f"PKG_SOURCE_URL: where the tarball is published (default ${URL_ENV} or none)")
-    try:
-        args = p.parse_args(argv)
-        for path in write_dist(args.output, args.url):
-            print(path)
-        return 0
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
+    return p.run(argv, lambda args: [print(path) for path in write_dist(args.output, args.url)])
 
 if __name__ == "__main__":
     sys.exit(main())

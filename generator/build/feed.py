@@ -111,15 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the feed directory")
     p.add_argument("--key", help="usign secret key: also write Packages.sig")
     p.add_argument("--version", help=f"package version (default {package.package_version()})")
-    try:
-        args = p.parse_args(argv)
-        for path in write_feed(boards.load(args.board), args.binary, args.output, args.key, args.version):
-            print(path)
-        return 0
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
+    return p.run(argv, lambda args: [print(path) for path in write_feed(boards.load(args.board), args.binary,
+                                                                        args.output, args.key, args.version)])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -82,15 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cc", required=True, help="the SDK's gcc: $(TOOLCHAIN_DIR)/bin/$(TARGET_CC_NOCACHE)")
     p.add_argument("--cflags", default="", help="the SDK's $(TARGET_CFLAGS)")
     p.add_argument("-o", "--output", required=True, help="the board file to write (boards/openwrt-sdk.toml)")
-    try:
-        args = p.parse_args(argv)
-        text = board_toml(args.arch_packages, args.cc, args.cflags)
-        print(package._write_atomic(args.output, text.encode()))
-        return 0
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
+    return p.run(argv, lambda args: print(package._write_atomic(
+        args.output, board_toml(args.arch_packages, args.cc, args.cflags).encode())))
 
 if __name__ == "__main__":
     sys.exit(main())

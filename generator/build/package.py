@@ -290,6 +290,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise CactError(f"{message} (see {self.prog} --help)")
 
+    def run(self, argv, body) -> int:
+        """The packaging modules' command lines: parse argv, then body(args), which prints the
+        paths it wrote; a bad option or a CactError is one line on stderr and exit 2."""
+        try:
+            body(self.parse_args(argv))
+            return 0
+        except CactError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m generator.build.package",
@@ -303,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", help=f"package version (default {package_version()})")
     p.add_argument("--container", choices=CONTAINERS, default="tar.gz",
                    help="tar.gz: OpenWrt's opkg (default); ar: Yocto's opkg, dpkg-style tools")
-    try:
-        args = p.parse_args(argv)
+    def body(args):
         board = boards.load(args.board)
         if args.systemd and (args.version is not None or args.container != "tar.gz"):
             p.error("--version and --container go with --binary (the .ipk), not --systemd")
@@ -312,11 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             print(write_systemd_unit(board, args.output))
         else:
             print(write_ipk(board, args.binary, args.output, args.version, args.container))
-        return 0
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
+    return p.run(argv, body)
 
 if __name__ == "__main__":
     sys.exit(main())
