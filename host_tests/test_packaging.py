@@ -60,12 +60,14 @@ def _run(argv, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def _sources() -> list[str]:
-    """What the build reads, from pyproject.toml: the packages' directories, the readme and
-    the licence (so a tree the build needs more of fails here, not in a user's pip)."""
+    """What the build reads, from pyproject.toml: the packages' directories, the readme, the
+    licence and the top-level files of generator._share (so a tree the build needs more of
+    fails here, not in a user's pip)."""
     tool = PYPROJECT["tool"]["setuptools"]
     tops = {p.split(".")[0] for p in tool["packages"]}
     tops |= {d.split("/")[0] for d in tool["package-dir"].values() if d != "."}
-    return sorted(tops | {PYPROJECT["project"]["readme"], *PYPROJECT["project"]["license-files"]})
+    top_files = PYPROJECT["tool"]["setuptools"]["package-data"]["generator._share"]
+    return sorted(tops | {PYPROJECT["project"]["readme"], *PYPROJECT["project"]["license-files"], *top_files})
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,7 @@ def _expected_wheel_files() -> set[str]:
     out = {p.relative_to(ROOT).as_posix() for p in files(ROOT / "generator")}
     for tree in ("templates", "firmware", "boards"):
         out |= {f"generator/_share/{p.relative_to(ROOT).as_posix()}" for p in files(ROOT / tree)}
-    out |= {"generator/_share/site_scons/site_tools/needle.py", "generator/_share/LICENSE"}
+    out |= {"generator/_share/site_scons/site_tools/needle.py", "generator/_share/LICENSE", "generator/_share/CHANGELOG.md"}
     return out
 
 
