@@ -14,6 +14,9 @@ fails here and must argue its case in its commit, with the new table.
 Clear top-1 is 1.000 on every case and pinned there: at a clear position (the float model's top
 two logits apart by more than 0.1 of the largest |logit|) a flip needs an a8 error of 0.05 of
 it on two logits at once, beyond the largest measured on the goldens (0.045).
+
+Tier: none of them (Python only, but about 20 s of reference runs, which the quick tier's minute
+cannot hold); the published geometries are slow.
 """
 
 from __future__ import annotations
