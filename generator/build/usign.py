@@ -1,8 +1,8 @@
 """Signing an OpenWrt feed's index as OpenWrt's `usign -S` does: Ed25519, in usign's files.
 
-No library: Python has no Ed25519 in its standard library and the generator takes no
-dependency for one signature per build, so the arithmetic of RFC 8032 (section 5.1) is here,
-on Python integers: slow (tens of milliseconds a signature), which does not matter.
+The Ed25519 arithmetic is the `cryptography` package's (OpenSSL underneath: constant-time,
+kept by people who do nothing else), imported only when a feed is signed: the `signing` extra
+(`pip install 'needle-fw[signing]'`); ./setup's requirements-test.txt brings it for the tests.
 
 usign's files (openwrt/usign main.c; OpenBSD's signify reads and writes the same ones):
 two text lines, `untrusted comment: ...` and the base64 of a packed structure.
@@ -27,73 +27,26 @@ from pathlib import Path
 
 from generator.errors import CactError
 
-# ---- Ed25519 (RFC 8032, 5.1), extended twisted Edwards coordinates ---------------------------
+# ---- Ed25519 (RFC 8032), through the cryptography package ----------------------------------
 
-_P = 2 ** 255 - 19
-_L = 2 ** 252 + 27742317777372353535851937790883648493
-_D = -121665 * pow(121666, _P - 2, _P) % _P
-_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
-
-
-def _add(p, q):
-    x1, y1, z1, t1 = p
-    x2, y2, z2, t2 = q
-    a, b = (y1 - x1) * (y2 - x2) % _P, (y1 + x1) * (y2 + x2) % _P
-    c, d = 2 * t1 * t2 * _D % _P, 2 * z1 * z2 % _P
-    e, f, g, h = b - a, d - c, d + c, b + a
-    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
-
-
-def _scalar_mult(s: int, p):
-    q = (0, 1, 1, 0)                             # the neutral element
-    while s:
-        if s & 1:
-            q = _add(q, p)
-        p = _add(p, p)
-        s >>= 1
-    return q
-
-
-def _x_of(y: int, sign: int) -> int:
-    x2 = (y * y - 1) * pow(_D * y * y + 1, _P - 2, _P) % _P
-    x = pow(x2, (_P + 3) // 8, _P)
-    if (x * x - x2) % _P:
-        x = x * _SQRT_M1 % _P
-    if x & 1 != sign:
-        x = _P - x
-    return x
-
-
-_GY = 4 * pow(5, _P - 2, _P) % _P
-_G = (_x_of(_GY, 0), _GY, 1, _x_of(_GY, 0) * _GY % _P)
-
-
-def _encode(p) -> bytes:
-    x, y, z, _ = p
-    zi = pow(z, _P - 2, _P)
-    x, y = x * zi % _P, y * zi % _P
-    return (y | (x & 1) << 255).to_bytes(32, "little")
-
-
-def _expand(seed: bytes) -> tuple[int, bytes]:
-    h = hashlib.sha512(seed).digest()
-    a = int.from_bytes(h[:32], "little") & ((1 << 254) - 8) | (1 << 254)
-    return a, h[32:]
+def _private_key(seed: bytes):
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        raise CactError("signing a feed (feed_key=) needs the cryptography package: "
+                        "pip install 'needle-fw[signing]' (or pip install cryptography)") from None
+    return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 def public_key(seed: bytes) -> bytes:
     """The 32-byte Ed25519 public key of a 32-byte seed."""
-    return _encode(_scalar_mult(_expand(seed)[0], _G))
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    return _private_key(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def sign(seed: bytes, message: bytes) -> bytes:
     """The 64-byte Ed25519 signature (R || S) of `message` with the key of `seed`."""
-    a, prefix = _expand(seed)
-    pub = _encode(_scalar_mult(a, _G))
-    r = int.from_bytes(hashlib.sha512(prefix + message).digest(), "little") % _L
-    big_r = _encode(_scalar_mult(r, _G))
-    k = int.from_bytes(hashlib.sha512(big_r + pub + message).digest(), "little") % _L
-    return big_r + ((r + k * a) % _L).to_bytes(32, "little")
+    return _private_key(seed).sign(message)
 
 
 # ---- usign's files ------------------------------------------------------------------------------
