@@ -32,6 +32,7 @@ from generator.build import boards, deb, feed, package, usign
 from generator.errors import CactError
 from host_tests import elf_stub
 from host_tests.scons_run import scons
+from host_tests.test_package import assert_unit_verifies
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTERS = [n for n in boards.names() if "package" in boards.load(n)]
@@ -438,17 +439,9 @@ def test_dpkg_installs_switches_and_purges_in_a_scratch_root(debs, tmp_path):
     assert (root / "usr/bin/needle").read_bytes() == (debs["rpi-zero2"] / "needle.stripped").read_bytes()
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze")
 def test_deb_unit_verifies(tmp_path):
     unit = package.systemd_unit(boards.load("rpi5"), "/usr/bin/needle", deb.ARCHIVE, deb.DEFAULTS)
-    exe = tmp_path / "needle"
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    (tmp_path / "unit").mkdir()
-    copy = tmp_path / "unit" / "needle.service"
-    copy.write_text(unit.replace("ExecStart=/usr/bin/needle", f"ExecStart={exe}"))
-    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", copy], capture_output=True, text=True)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert_unit_verifies(unit, "/usr/bin/needle", tmp_path, "--man=no")
 
 
 @pytest.mark.parametrize("board_name, expect", [

@@ -487,17 +487,23 @@ def test_systemd_unit(board_name, tmp_path):
     assert "\n\n\n" not in unit and "{" not in unit.replace("{{", "")
     path = Path(package.write_systemd_unit(board, str(tmp_path / "out")))
     assert path.name == "needle.service" and path.read_text() == unit
+    assert_unit_verifies(unit, "/usr/local/bin/needle", tmp_path)
+
+
+def assert_unit_verifies(unit: str, exec_path: str, tmp_path: Path, *options: str) -> None:
+    """`systemd-analyze verify` passes the unit with no warning (warnings count as failures).
+    verify wants the executable to exist: ExecStart's `exec_path` becomes a stand-in, nothing else
+    changes."""
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
-    # verify wants the executable to exist: point ExecStart at a stand-in, nothing else changes
     exe = tmp_path / "needle"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     (tmp_path / "unit").mkdir()
     copy = tmp_path / "unit" / "needle.service"
-    copy.write_text(unit.replace("ExecStart=/usr/local/bin/needle", f"ExecStart={exe}"))
-    proc = subprocess.run(["systemd-analyze", "verify", copy], capture_output=True, text=True)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr     # warnings count as failures
+    copy.write_text(unit.replace(f"ExecStart={exec_path}", f"ExecStart={exe}"))
+    proc = subprocess.run(["systemd-analyze", "verify", *options, copy], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
 def test_systemd_unit_refuses_bare_metal(tmp_path):

@@ -162,7 +162,9 @@ def bars(rep, board: dict) -> list[Bar]:
     return linux_bars(rep, board)
 
 
-def _kib(n: int) -> str:
+def size_text(n: int) -> str:
+    """Bytes for a reader: MiB or KiB with one decimal, or bytes (the picture's labels and
+    board=all's summary table)."""
     if n >= 1 << 20:
         return f"{n / (1 << 20):.1f} MiB"
     if n >= 1 << 10:
@@ -220,7 +222,7 @@ def render(rep, board: dict, board_name: str | None = None) -> str:
         if bar.capacity:
             summary = f"used {bar.used:,} of {bar.capacity:,} bytes ({100 * bar.used / bar.capacity:.1f} %)"
         else:
-            summary = f"used {bar.used:,} bytes ({_kib(bar.used)})"
+            summary = f"used {bar.used:,} bytes ({size_text(bar.used)})"
         y += 17
         body.append(_text(MARGIN, y, summary, 12, "#333333"))
         y += 8
@@ -235,7 +237,7 @@ def render(rep, board: dict, board_name: str | None = None) -> str:
             stroke = ' stroke="#bdbdbd" stroke-width="1"' if seg.kind == "free" else ""
             body.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="{BAR_HEIGHT}" fill="{colour}"{stroke}>'
                         f"<title>{escape(seg.label)}: {seg.size:,} bytes</title></rect>")
-            inside = f"{seg.label} {_kib(seg.size)}"
+            inside = f"{seg.label} {size_text(seg.size)}"
             if len(inside) * 11 * CHAR + 8 <= w:
                 body.append(_text(x + w / 2, y + BAR_HEIGHT / 2 + 4, inside, 11, ink, anchor="middle"))
             x += w

@@ -13,6 +13,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from generator.build.memmap import size_text
+
 _TOTAL = re.compile(r"^\s+(\S+)\s+([\d,]+) bytes")
 
 
@@ -56,12 +58,7 @@ def failed_under(failures, build_dir: str, alias: str) -> list:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    return "-" if n is None else size_text(n)
 
 
 def _headroom(row: Row) -> str:
