@@ -34,6 +34,9 @@ from generator.errors import CactError
 SLOT_NAMES = ("bootloader", "primary", "secondary", "scratch")
 REQUIRED_SLOTS = ("bootloader", "primary", "secondary")
 ALIGNS = (1, 2, 4, 8, 16, 32)          # imgtool --align
+# slots.flash_driver: the chip's flash programming behind hal_flash_program, with which the
+# firmware writes image_ok once its archive check has passed (firmware/hal/flash/flash_<kind>.c)
+FLASH_DRIVERS = ("rp2350",)
 DEFAULT_HEADER = 0x200
 INSTALL = "pip install imgtool==2.5.0"
 
@@ -54,9 +57,13 @@ def flash_span(board: dict) -> tuple[int, int]:
 def check_slots(board: dict) -> str | None:
     """Why the board's [slots] table is wrong (one line), or None."""
     s = board["slots"]
-    extra = sorted(set(s) - set(SLOT_NAMES) - {"header_bytes", "align"})
+    extra = sorted(set(s) - set(SLOT_NAMES) - {"header_bytes", "align", "flash_driver"})
     if extra:
-        return f"unknown key slots.{extra[0]} (slot keys: {', '.join(SLOT_NAMES)}, header_bytes, align)"
+        return (f"unknown key slots.{extra[0]} (slot keys: {', '.join(SLOT_NAMES)}, header_bytes, align, "
+                "flash_driver)")
+    if "flash_driver" in s and s["flash_driver"] not in FLASH_DRIVERS:
+        return (f"slots.flash_driver (the flash driver that writes MCUboot's image_ok) must be one of "
+                f"{', '.join(FLASH_DRIVERS)}; leave it out and the image never confirms itself")
     for name in REQUIRED_SLOTS:
         if name not in s:
             return f"[slots] needs {', '.join(REQUIRED_SLOTS)} (scratch is optional)"

@@ -63,6 +63,7 @@ BOARD_ENTRY = "Reset_Handler"
 SYSCALL_SOURCES = ["baremetal/syscalls.c"]
 SYSCALL_ENTRY = "_write"
 SHA256_HOOK = "hal_sha256"
+FLASH_HOOK = "hal_flash_program"
 # The needle firmware links newlib-nano (it formats on its own); a user's program on the board
 # support gets the full newlib, whose printf has %lld and %f (newlib-nano's has neither).
 NANO = ("--specs=nano.specs",)
@@ -71,7 +72,8 @@ PROCESSORS = {"arm": "arm", "mips": "mips"}
 
 def board_support_sources(board: dict) -> list[str]:
     """firmware/ sources of libneedle_board.a: start-up, the board's console, formatting."""
-    return ["baremetal/startup.c", "hal/format.c"] + boards.hal_sources(board)
+    mcuboot = ["baremetal/mcuboot.c"] if "slots" in board else []    # confirms the image (needle_boot)
+    return ["baremetal/startup.c", "hal/format.c"] + mcuboot + boards.hal_sources(board)
 
 
 def archive_file(board: dict) -> str | None:
@@ -119,7 +121,9 @@ def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) ->
     board_link = [f for f in link if f not in needle_link and f not in NANO] + [
         f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"] + (
         # a hash accelerator's hal_sha256 must win over the engine's weak software one
-        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else [])
+        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else []) + (
+        # and a flash driver's hal_flash_program over the weak refusal in mcuboot.c's object
+        [f"-Wl,--undefined={FLASH_HOOK}"] if "flash_driver" in board.get("slots", {}) else [])
     arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
     return {
         "version": __version__, "board": board["name"], "os": board["os"], "bare": bare,
