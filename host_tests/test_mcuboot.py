@@ -112,7 +112,8 @@ def _p521(path):
 
 
 @pytest.mark.parametrize("case, message", [
-    ("missing", "sign={key}: no such file or directory"),
+    ("missing", "sign={key}: no such file or directory: give the path of your PEM signing key"),
+    ("directory", "sign={key}: is a directory: give the path of your PEM signing key"),
     ("text", "sign={key}: not a PEM private key; MCUboot images are signed with a private key"),
     ("public", "sign={key}: a public key; MCUboot images are signed with a private key"),
     ("encrypted", "sign={key}: the key is encrypted (a password-protected PEM): imgtool would stop to ask"),
@@ -122,6 +123,8 @@ def test_bad_keys_are_refused_before_building(case, message, keys, tmp_path):
     key = tmp_path / "key.pem"
     if case == "text":
         key.write_text("not a key\n")
+    elif case == "directory":
+        key.mkdir()
     elif case == "public":
         _public(key, keys)
     elif case == "encrypted":
@@ -156,11 +159,20 @@ def _slot(name, origin, length):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (_slot("secondary", 0x10100000, 0x100000), "slots primary (0x10020000..0x10120000) and secondary (from 0x10100000) overlap"),
-    (_slot("scratch", 0x10230000, 0x20000), "slot scratch (0x10230000..0x10250000) overlaps the archive region ARCHIVE"),
-    (_slot("scratch", 0x10FF0000, 0x20000), "slot scratch (0x10FF0000..0x11010000) is outside the board's flash"),
+    (_slot("secondary", 0x10100000, 0x100000), "slots primary (0x10020000..0x10120000) and secondary (from 0x10100000) overlap: move secondary to "
+     "0x10120000 or later, or shorten primary"),
+    (_slot("scratch", 0x10230000, 0x20000), "slot scratch (0x10230000..0x10250000) overlaps the archive region ARCHIVE (0x10240000..0x11000000): "
+     "the archive has a region of its own, outside the slots; move the slot or the archive region"),
+    (_slot("scratch", 0x10FF0000, 0x20000), "slot scratch (0x10FF0000..0x11010000) is outside the board's flash (0x10000000..0x11000000: "
+     "flash_bytes from the lowest of its slots and code and archive regions): move or shorten the slot, or set "
+     "memory.flash_bytes to the flash the board has"),
     (_slot("primary", 0x10030000, 0xF0000), "the code region FLASH must start header_bytes (0x200) into the primary slot"),
     (_slot("secondary", 0x10120000, 0x80000), "slot secondary must be at least as large as primary"),
+    (_slot("scratch", 0x20000000, 0x20000), "slot scratch (0x20000000..0x20020000) is outside the board's flash"),
+    (_slot("bootloader", 0x10000000, 0x30000), "slots bootloader (0x10000000..0x10030000) and primary (from "
+     "0x10020000) overlap: move primary to 0x10030000 or later, or shorten bootloader"),
+    (lambda t: t.replace('flash_driver = "rp2350"', 'flash_driver = "stm32h7"'),
+     "slots.flash_driver (the flash driver that writes MCUboot's image_ok) must be one of rp2350"),
     (lambda t: t.replace("align = 4 ", "align = 3 "), "slots.align (the flash's write alignment, imgtool --align) must be one of"),
     (lambda t: t.replace("bootloader = {", "loader = {"), "unknown key slots.loader"),
     (lambda t: t.replace("[slots]", "[slots]\nswap = 1"), "unknown key slots.swap"),
