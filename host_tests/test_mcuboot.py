@@ -330,3 +330,21 @@ def test_the_rp2350_flash_driver_is_linked_and_runs_from_sram(signed):
     boot = dump[dump.index("<needle_boot>:"):]
     boot = boot[:boot.index("\n\n")]
     assert "<needle_image_confirm>" in boot and boot.index("<hal_sha256>") < boot.index("<needle_image_confirm>")
+
+
+def test_a_program_on_the_sdk_confirms_with_the_boards_driver(keys, tmp_path):
+    """A program of the user's own on the board's SDK (lib=1, needle-board.pc): its needle_boot()
+    confirms the image too, with the RP2350 driver's hal_flash_program, not mcuboot.c's weak
+    refusal (needle-board.pc names both, so the archive members come in before libneedle.a)."""
+    from host_tests.test_sha256_hook import APP, link
+    out = tmp_path / BOARD
+    scons(f"board={BOARD}", f"archive={ARCHIVE}", f"build={out}", "lib=1")
+    pc = (out / "sdk" / "lib" / "pkgconfig" / "needle-board.pc").read_text()
+    assert "-Wl,--undefined=needle_image_confirm" in pc and "-Wl,--undefined=hal_flash_program" in pc
+    program = link(out / "sdk", tmp_path, [APP], "app")
+    from elftools.elf.elffile import ELFFile
+    with open(program, "rb") as fh:
+        elf = ELFFile(fh)
+        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols()}
+        assert syms["hal_flash_program"]["st_info"]["bind"] == "STB_GLOBAL"
+        assert "needle_image_confirm" in syms and elf.get_section_by_name(".ram_text")["sh_size"] > 0
