@@ -32,7 +32,6 @@
  * read through the memory map (execute-in-place flash) and written through
  * hal_flash_program(), which the board's flash driver provides (slots.flash_driver:
  * firmware/hal/flash/flash_<kind>.c); the weak default below refuses. */
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,13 +53,12 @@ _Static_assert(NEEDLE_MCUBOOT_ALIGN >= 1u && NEEDLE_MCUBOOT_ALIGN <= 32u &&
                (NEEDLE_MCUBOOT_ALIGN & (NEEDLE_MCUBOOT_ALIGN - 1u)) == 0u,
                "slots.align is a power of two from 1 to 32 (imgtool --align)");
 
-static size_t format_line(char *buf, size_t cap, const char *fmt, ...)
+/* One piece of a console line (standard error). */
+static void put(const char *s)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = hal_vformat(buf, cap, fmt, ap);
-    va_end(ap);
-    return n;
+    size_t n = 0;
+    while (s[n]) n++;
+    hal_err(s, n);
 }
 
 /* The 16 bytes at the end of a trailer that MCUboot recognises as its own. */
@@ -117,15 +115,11 @@ void needle_image_confirm(void)
 {
     const char *why = NULL;
     int state = mcuboot_confirm(&why);
-    char text[320];
-    size_t n = 0;
     if (state == MCUBOOT_CONFIRMED)
-        n = format_line(text, sizeof text, "needle: confirmed this MCUboot image (its archive check "
-                       "passed): MCUboot keeps it\n");
-    else if (state == MCUBOOT_NOT_WRITTEN)
-        n = format_line(text, sizeof text, "needle: warning: this MCUboot image is not confirmed: %s; "
-                       "MCUboot swaps the previous image back at the next reset\n", why);
-    else if (state == MCUBOOT_DAMAGED)
-        n = format_line(text, sizeof text, "needle: warning: this MCUboot image is not confirmed: %s\n", why);
-    hal_err(text, n);
+        put("needle: confirmed this MCUboot image (its archive check passed): MCUboot keeps it\n");
+    if (state < 0) {
+        put("needle: warning: this MCUboot image is not confirmed: ");
+        put(why);
+        put(state == MCUBOOT_NOT_WRITTEN ? "; MCUboot swaps the previous image back at the next reset\n" : "\n");
+    }
 }
