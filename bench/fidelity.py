@@ -41,7 +41,7 @@ import numpy as np
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
 from generator.commands import synth
-from generator.model import Needle2, Needle3
+from generator.model import reference
 from generator.tools.prompt import render_prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,8 +95,7 @@ def demo_tokens(a, limit: int) -> list[int]:
 
 def measure(case: str) -> Fidelity:
     a = reader.read(archive_bytes(case))
-    model = Needle3 if a.generation == 3 else Needle2
-    fl_model, a8_model = model(a, "float"), model(a, "a8")
+    fl_model, a8_model = reference(a, "float"), reference(a, "a8")
     max_seq, window = a.header["max_seq_len"], a.header["kv_window"] or a.header["max_seq_len"]
     if a.header["kv_bits"] != 8:
         raise SystemExit(f"bench.fidelity: {case} has kv_bits {a.header['kv_bits']}: only int8-KV cases compare "
