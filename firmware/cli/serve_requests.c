@@ -15,8 +15,6 @@ static char msg[512];                          /* a request's problem, as its an
 /* ==================================================================================
  * Requests: a strict JSON reader over request_line[] (RFC 8259), no recursion
  * ================================================================================== */
-
-
 static int jfail(json *j, const char *what)
 {
     if (!j->err) j->err = what;
