@@ -23,6 +23,18 @@ static const char *const SUPPORTED_FOR[] = {            /* by type, in TYPE_NAME
 /* The tables of a grammar compiled at run time (ng_store): one per library. */
 static ng_store store;
 
+/* "WHERE: <before>N<after>" (fail with a count in the message); returns -1. */
+static int fail_count(ng_comp *c, const char *before, uint32_t n, const char *after)
+{
+    c->e.n = 0;
+    err_str(&c->e, c->where, c->where_n);
+    err_s(&c->e, ": ");
+    err_s(&c->e, before);
+    err_u(&c->e, n);
+    err_s(&c->e, after);
+    return -1;
+}
+
 #define NONE ((size_t)-1)
 
 /* ================================================================ compile */
@@ -369,12 +381,7 @@ static int compile_object(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, uin
         if (t[props] != '{') return fail(c, "properties must be an object");
         while (needle_json_member(t, props, nprops, &key, &val)) nprops++;
         if (nprops > NEEDLE_GRAMMAR_MAX_PROPS) {
-            c->e.n = 0;
-            err_str(&c->e, c->where, c->where_n);
-            err_s(&c->e, ": ");
-            err_u(&c->e, nprops);
-            err_s(&c->e, " properties, the grammar takes 32");
-            return -1;
+            return fail_count(c, "", nprops, " properties, the grammar takes 32");
         }
         g->node[idx].ref0 = g->node[idx].sub0 = (uint16_t)g->n_ref;
         g->node[idx].n_ref = (uint16_t)nprops;
@@ -547,12 +554,7 @@ static int schema_one(ng_comp *c, ng_tasks *q, size_t s, uint32_t depth, int for
             if (t[en] != '[' || t[en + 1] == ']') return fail(c, "enum must be a non-empty array");
             while (needle_json_item(t, en, nalt, &v)) nalt++;
             if (nalt > NEEDLE_GRAMMAR_MAX_ALTS) {
-                c->e.n = 0;
-                err_str(&c->e, c->where, c->where_n);
-                err_s(&c->e, ": enum has ");
-                err_u(&c->e, nalt);
-                err_s(&c->e, " values, the grammar takes 64");
-                return -1;
+                return fail_count(c, "enum has ", nalt, " values, the grammar takes 64");
             }
             for (uint32_t a = 0; a < nalt; a++)     /* equal as JSON values (1, 1.0, 1e0; 0 and -0) */
                 for (uint32_t b = 0; b < a; b++) {
