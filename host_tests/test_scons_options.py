@@ -1,4 +1,4 @@
-"""The options of the SConstruct (generator/build/scons_options.py) without a build: every
+"""The options of the SConstruct (site_scons/needle_build/options.py) without a build: every
 refusal of the command line and of an option against a board is one line, the text a user
 sees after "scons: error: " (host_tests/test_scons_errors.py checks a few of them through a
 real scons run), and what the checks accept they pass on (the archive, the build suffix, the
@@ -6,12 +6,18 @@ built-in tools' count, the run arguments).  Quick: nothing is compiled."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from generator.build import boards, scons_options
-from generator.build.scons_options import Refused
+from generator.build import boards
 from generator.errors import CactError
 from host_tests.scons_run import ROOT
+
+if str(ROOT / "site_scons") not in sys.path:      # where SCons finds the SConstruct's modules
+    sys.path.insert(0, str(ROOT / "site_scons"))
+from needle_build import options as scons_options  # noqa: E402
+from needle_build.options import Refused  # noqa: E402
 
 pytestmark = pytest.mark.quick
 

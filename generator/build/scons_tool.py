@@ -12,7 +12,8 @@
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
 * ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
-  files (generator.build.sdk); env.NeedleLib (scons_steps.py) archives and copies the rest.
+  files (generator.build.sdk); the repository's env.NeedleLib
+  (site_scons/needle_build/steps.py) archives and copies the rest.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report, and beside it its picture, memory.svg (generator.build.memmap);
   on failure the image is deleted so no bad firmware is left.
@@ -23,7 +24,7 @@ post-link check and the steps after it even when the image they read is unchange
 
 Refusals are one line on stderr ("scons: error: ..."); warnings and reports go to stdout.
 The repository's SConstruct adds its steps as environment methods besides these builders
-(generator/build/scons_steps.py).
+(site_scons/needle_build/).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """One board's build as an environment method, `env.NeedleBoard(board, build_dir)`: the options
-checked against the board (generator/build/scons_options.py), the engine generated, the
+checked against the board (site_scons/needle_build/options.py), the engine generated, the
 firmware compiled and linked, its images and signature, the post-link check and
 compile_commands.json, then what the options ask for after the build (run, gdb, flash, check,
-eval, bench, package, lib: generator/build/scons_steps.py).
+eval, bench, package, lib: site_scons/needle_build/steps.py).
 
 The environment carries the command line's options (env["board"], env["run"], ...) and what
-their checks found (env["NEEDLE_OPTIONS"], a scons_options.Checked).  A build of another
+their checks found (env["NEEDLE_OPTIONS"], a options.Checked).  A build of another
 configuration (the scalar twin of bench=1, the host engine that writes a prefix snapshot) is
 the same method on `env.Clone(...)` with those options changed."""
 
@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from SCons.Script import Action, Copy
 
-from generator.build import boards, flags, scons_options, sdk
+from generator.build import boards, flags, sdk
 from generator.build.runner import BoardRunner
+
+from . import options
 
 # what gen/needle_tools.[ch] are made from, beside the tools file (tools=FILE)
 TOOLS_GENERATOR = ["templates/needle_tools.c.j2", "templates/needle_tools.h.j2", "generator/tools/schema.py",
@@ -36,7 +38,7 @@ def act(env, command: str, short: str):
 
 @dataclass
 class Built:
-    """One board's build, as the steps after it (scons_steps.py) read it."""
+    """One board's build, as the steps after it (steps.py) read it."""
     board: dict
     build: object                  # the build directory (a Dir)
     alias: str                     # the target a build of this board is part of
@@ -70,9 +72,9 @@ def build_board(env, board: dict, build, kv_budget: int | None = None, alias: st
     """Generate, compile, link and check the engine for one board into `build`, then add what
     the options ask for after it (kv_budget: generate with another board's KV budget, for a
     prefix-snapshot host engine; alias: the board whose target this build is part of, default
-    this one).  scons_options.Refused (or CactError) when the options do not fit the board."""
+    this one).  options.Refused (or CactError) when the options do not fit the board."""
     checked = env["NEEDLE_OPTIONS"]
-    choice = scons_options.check_board(env, checked, board)
+    choice = options.check_board(env, checked, board)
     built = Built(choice.board, build, alias or board["name"], choice.family, env.File(checked.archive))
     benv = env.Clone(NEEDLE_BOARD=built.name, NEEDLE_KV_WINDOW=env["kv_window"], NEEDLE_KERNELS=built.family,
                      NEEDLE_HEAD_TOKENS=int(env["head_tokens"]), NEEDLE_THREADS=choice.threads,
@@ -172,7 +174,7 @@ def grammar_tables_program(env, board: dict, build):
 def _prefix_snapshot(env, built: Built):
     """tools=FILE snapshot=1: gen/needle_prefix.S, which links the prefix snapshot into the
     firmware (docs/snapshot.md); None when there is none (no tools, snapshot=0, retrieval)."""
-    if not (env["tools"] and env["snapshot"] and not scons_options.retrieves(env, env["NEEDLE_OPTIONS"])):
+    if not (env["tools"] and env["snapshot"] and not options.retrieves(env, env["NEEDLE_OPTIONS"])):
         return None
     prefix = build_prefix(env, built.board, built.build)
     asm = built.cenv.NeedlePrefix(built.gen_dir.File("needle_prefix.S"), prefix)

@@ -1,6 +1,6 @@
 """What the repository's SConstruct does with a built board, as environment methods (`add_methods`):
 
-* ``env.NeedleBoard(board, build_dir)``: one board's build (generator/build/scons_board.py), then
+* ``env.NeedleBoard(board, build_dir)``: one board's build (site_scons/needle_build/board.py), then
   ``env.NeedleAfterBuild(built)``: each of the following the options ask for;
 * ``env.NeedlePackage(built)``: package=ipk|feed|deb, the stripped link in an OpenWrt package,
   an opkg feed or a Debian package;
@@ -23,14 +23,16 @@ import sys
 
 from SCons.Script import Action, GetBuildFailures, GetOption
 
-from generator.build import boards, flags, scons_board, scons_options, sdk
+from generator.build import boards, flags, sdk
 from generator.build.runner import BoardRunner
-from generator.build.scons_board import act
 from generator.errors import CactError
+
+from . import options
+from .board import act, build_board
 
 
 def add_methods(env) -> None:
-    for method in (scons_board.build_board, after_build, package, library, run, gdb, flash, golden, evaluation,
+    for method in (build_board, after_build, package, library, run, gdb, flash, golden, evaluation,
                    bench, dist):
         env.AddMethod(method, METHOD_NAMES[method.__name__])
 
@@ -72,7 +74,7 @@ def package(env, built) -> None:
         env.Alias(built.alias, out)
         return
     from generator.build import feed, package as openwrt, usign
-    key = scons_options.in_top(env.Dir("#").abspath, env["feed_key"]) if env["feed_key"] else None
+    key = options.in_top(env.Dir("#").abspath, env["feed_key"]) if env["feed_key"] else None
     if env["package"] == "ipk":
         out = cenv.NeedleIpk(build.File(openwrt.package_name(board)), [stripped[0], built.check])
     else:       # one board, one OpenWrt architecture: one feed directory (generator/build/feed.py)
@@ -133,7 +135,7 @@ def run(env, built) -> None:
     """run=1: the engine on the demo's arguments (or query=) under the board's emulator.  A
     shell line, not a Python action: the terminal stays the engine's, for a UART board's typing;
     $ doubled: SCons substitutes the line, and a query is the user's text ($(...) included)."""
-    demo = scons_options.run_arguments(built.board, env["query"])
+    demo = options.run_arguments(built.board, env["query"])
     line = _runner(built).shell_line(demo).replace("$", "$$")
     _default(env, env.Alias(f"run-{built.name}", [built.check], act(env, line, f"RUN {built.prog.path}")))
 
@@ -177,11 +179,11 @@ def flash(env, built) -> None:
 def gdb(env, built) -> None:
     """gdb=1: the emulator halted at the first instruction, waiting for gdb; the command that
     attaches is printed first."""
-    demo = scons_options.run_arguments(built.board, env["query"])
+    demo = options.run_arguments(built.board, env["query"])
     emu, debugger = boards.gdb_commands(built.board, built.prog.path, demo,
                                         built.image.path if built.image else None, int(env["gdb_port"]))
     if emu is None:
-        raise scons_options.Refused(f"board {built.name} runs natively: debug it with "
+        raise options.Refused(f"board {built.name} runs natively: debug it with "
                                     f"{boards.shell_line(debugger)} (build with debug=1)")
     attach = boards.shell_line(debugger)
     hint = Action(lambda target, source, env: print(f"attach with: {attach}", flush=True) or 0, None)
@@ -206,7 +208,7 @@ def evaluation(env, built) -> None:
     example scored against the a8 reference (generator/commands/evaluate.py); a board that reads
     no tool file answers with its built-in list (scons_options checked it has examples)."""
     checked, build = env["NEEDLE_OPTIONS"], built.build
-    data = scons_options.in_top(env.Dir("#").abspath, checked.eval_data)
+    data = options.in_top(env.Dir("#").abspath, checked.eval_data)
     cmd = [sys.executable, "-m", "generator.commands.evaluate", "board", data,
            "--archive", built.archive.path, "--board", built.name, "--engine", built.prog.path,
            "--json", build.File("eval.json").path]
