@@ -78,7 +78,7 @@ def run_engine(cmd: str, n: int, env: dict | None = None) -> dict:
 
 
 DEMO_TOOLS = Path(__file__).resolve().parent.parent / "demo" / "tools.json"
-DEMO_QUERY = "what's the weather like in Lagos right now?"   # SConstruct's DEMO_ARGS
+DEMO_QUERY = "what's the weather like in Lagos right now?"   # DEMO_ARGS of site_scons/needle_build/options.py
 PROMPT_TOKENS = 128        # the prompt length prefill_tok_s_128 is measured on
 
 

@@ -141,6 +141,37 @@ def test_board_all_goes_on_past_a_failing_board_and_ends_with_the_table(tmp_path
     assert (tmp_path / "out" / "host" / "memory.txt").is_file()
 
 
+def test_an_edited_budget_reruns_the_post_link_check(tmp_path):
+    """The post-link check depends on the board's file chain: the flash budget lowered in the
+    file a board inherits from fails the next build (one line, the image deleted) although the
+    image itself is unchanged (the engine is generated again, the same: nothing is compiled or
+    linked), and raised again passes it."""
+    boards_dir = tmp_path / "boards"
+    boards_dir.mkdir()
+    host = (ROOT / "boards" / "host.toml").read_text()
+    assert "flash_bytes = 268435456 " in host
+    (boards_dir / "host.toml").write_text(host)
+    (boards_dir / "host-child.toml").write_text('inherits = "host"\nname = "host-child"\n'
+                                                'description = "the host, through inheritance"\n')
+    env = env_with_boards(boards_dir, tmp_path)
+    build = tmp_path / "b"
+    args = ("board=host-child", f"archive={ROOT / 'host_tests' / 'golden' / 'tiny' / 'archive.cact'}", f"build={build}")
+    first = scons(*args, env=env)
+    flash, _ram = summary.report_totals(str(build / "memory.txt"))
+    assert f"CHECK {build / 'needle'}" in first.stdout.splitlines()
+    (boards_dir / "host.toml").write_text(host.replace("flash_bytes = 268435456 ", f"flash_bytes = {flash - 1} "))
+    over = scons(*args, env=env, check=False)
+    assert over.returncode == 2, over.stdout + over.stderr
+    assert not [line for line in over.stdout.splitlines() if line.startswith(("CC", "LINK"))], over.stdout
+    errors = [line for line in over.stderr.splitlines() if line.startswith("scons: error:")]
+    assert len(errors) == 1 and f"flash over budget on board host-child: {flash:,} bytes" in errors[0], over.stderr
+    assert not (build / "needle").exists()
+    (boards_dir / "host.toml").write_text(host.replace("flash_bytes = 268435456 ", f"flash_bytes = {flash} "))
+    fits = scons(*args, env=env)
+    assert f"CHECK {build / 'needle'}" in fits.stdout.splitlines()
+    assert summary.report_totals(str(build / "memory.txt"))[0] == flash
+
+
 # ---- no build ---------------------------------------------------------------------------------
 
 @pytest.mark.quick

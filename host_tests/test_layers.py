@@ -3,12 +3,13 @@
 Packages, in their one-way order (a package may import the ones before the arrow, never one
 after it, and the packages after it never import each other):
 
-    generator  ->  bench, fuzz, train, tools, site_scons, SConstruct
+    generator  ->  bench, fuzz, train, tools, site_scons  ->  SConstruct
 
 generator is the toolkit the others use: bench (benchmark drivers), fuzz (fuzz drivers),
-train (the trainer), tools (the tokenizer-corpus scripts) and the SCons files (SConstruct,
-site_scons/) import generator and nothing of each other; what two of them share moves down
-into generator.  host_tests/ may import anything (it tests it).  One module is exempt:
+train (the trainer), tools (the tokenizer-corpus scripts) and site_scons/ import generator and
+nothing of each other; what two of them share moves down into generator.  SConstruct imports
+generator and its own modules, site_scons/needle_build/ (SCons puts site_scons/ on sys.path,
+so they are imported as `needle_build`).  host_tests/ may import anything (it tests it).  One module is exempt:
 generator/__main__.py, the entry point of `python -m generator`, run and never imported, puts
 the command line together and registers the `bench` subcommand from bench/host.py.
 
@@ -44,8 +45,10 @@ PACKAGES: dict[str, frozenset[str]] = {
     "tools": frozenset({"generator"}),
     "examples": frozenset(),               # examples/client: the service's client, standard library only
     "site_scons": frozenset({"generator"}),
-    "SConstruct": frozenset({"generator"}),
+    "SConstruct": frozenset({"generator", "site_scons"}),
 }
+# top-level names that are first-party code found on another sys.path entry -> their module here
+SYS_PATH_ALIASES = {"needle_build": "site_scons.needle_build"}
 UNLAYERED = {"host_tests"}                 # tests import whatever they test
 ENTRY_POINTS = {"generator.__main__"}      # run, never imported: may import any package
 ORDER = ["archive", "model", "codegen", "tools", "build", "commands"]
@@ -78,14 +81,20 @@ def _resolve(name: str, known: dict[str, Path]) -> str:
     return name
 
 
+def _alias(name: str) -> str:
+    """`name` as this tree's module (needle_build -> site_scons.needle_build)."""
+    top, _, rest = name.partition(".")
+    return SYS_PATH_ALIASES[top] + ("." + rest if rest else "") if top in SYS_PATH_ALIASES else name
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The first-party modules that module `name` (file `path`) imports anywhere in the file."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            targets = [_alias(a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
+            base = _alias(node.module or "")
             if node.level:        # relative: from the module's package, one level up per extra dot
                 pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
                 pkg = pkg[:len(pkg) - (node.level - 1)]

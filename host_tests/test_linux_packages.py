@@ -489,7 +489,7 @@ def test_tarball_contents(dist_dir):
     for path in ("SConstruct", "LICENSE", "pyproject.toml", "requirements.txt", "requirements-routers.txt",
                  "demo/needle2-demo.cact", "generator/__init__.py", "generator/build/dist.py",
                  "templates/openwrt/Makefile.j2", "templates/package/needle.init", "boards/router-mt7621.toml",
-                 "site_scons/site_tools/needle.py", "firmware/cli/main.c"):
+                 "site_scons/site_tools/needle.py", "site_scons/needle_build/options.py", "firmware/cli/main.c"):
         assert path in files, path
     assert not any("__pycache__" in f or f.endswith(".pyc") or f.startswith(("build/", ".venv/", "host_tests/",
                                                                               "train/", "docs/")) for f in files)

@@ -147,6 +147,16 @@ def test_uf2_for_another_board_is_refused(tmp_path, args, message):
     assert not (tmp_path / "b").exists()
 
 
+def test_uf2_with_built_in_tools_builds_the_prefix_host_engine_without_it(tmp_path):
+    """uf2=1 is the RP2350's; the host engine that writes the built-in tools' prefix snapshot
+    (<build>/prefix-host) is built without it, so the build is not refused for the host (-n:
+    what would run)."""
+    proc = scons(f"board={BOARD}", "uf2=1", "tools=demo/tools.json", f"archive={ARCHIVE}",
+                 f"build={tmp_path / 'b'}", "-n", check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert f"SNAPSHOT {tmp_path / 'b' / 'prefix.bin'}" in proc.stdout.splitlines()
+
+
 def test_other_boards_write_no_uf2(tmp_path):
     from generator.build import images
     for name in boards.names():

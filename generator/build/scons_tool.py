@@ -12,12 +12,19 @@
 * ``env.NeedleImages(manifest, [elf] or [elf, archive.bin])`` writes a bare-metal build's
   flashable images, one per loadable region, and their manifest (generator.build.images).
 * ``env.NeedleSdk(sdk_dir, archive)`` renders the library SDK's header, pkg-config and CMake
-  files (generator.build.sdk); SConstruct archives and copies the rest.
+  files (generator.build.sdk); the repository's env.NeedleLib
+  (site_scons/needle_build/steps.py) archives and copies the rest.
 * ``env.NeedleCheck(report, [elf, archive])`` runs generator.build.elfcheck on a linked image and
   writes the memory report, and beside it its picture, memory.svg (generator.build.memmap);
   on failure the image is deleted so no bad firmware is left.
 
+Every builder but NeedleText reads the board file: each depends on the board's file chain (the
+file and those it inherits from), so an edited budget, region or package field reruns the
+post-link check and the steps after it even when the image they read is unchanged.
+
 Refusals are one line on stderr ("scons: error: ..."); warnings and reports go to stdout.
+The repository's SConstruct adds its steps as environment methods besides these builders
+(site_scons/needle_build/).
 """
 
 from __future__ import annotations
@@ -78,11 +85,27 @@ def _board(env) -> dict:
     return boards.with_musl(board) if env.get("libc") == "musl" else board
 
 
+def _board_chain(env) -> list:
+    """The board's file and those it inherits from (boards.files)."""
+    return [File(str(p)) for p in boards.files(env["NEEDLE_BOARD"])]
+
+
+def _reads_board(emitter=None):
+    """An emitter for a step that reads the board file (its budgets, regions, package fields):
+    the step depends on the board's file chain, so editing a budget reruns it even when the
+    image it reads is unchanged."""
+    def emit(target, source, env):
+        if emitter is not None:
+            target, source = emitter(target, source, env)
+        env.Depends(target, _board_chain(env))
+        return target, source
+    return emit
+
+
 def _engine_emitter(target, source, env):
     gen_dir = Dir(str(target[0]))
     targets = [gen_dir.File(name) for name in pipeline.outputs(_board(env))]
-    board_files = [File(str(p)) for p in boards.files(env["NEEDLE_BOARD"])]
-    return targets, source + _generator_sources(env) + board_files
+    return targets, source + _generator_sources(env) + _board_chain(env)
 
 
 def _engine_action(target, source, env):
@@ -360,23 +383,28 @@ def generate(env):
         emitter=_engine_emitter, target_factory=Dir)
     env["BUILDERS"]["NeedleCheck"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_check_action, _check_str,
-                                   varlist=["NEEDLE_BOARD", "libc"]), emitter=_check_emitter)
+                                   varlist=["NEEDLE_BOARD", "libc"]), emitter=_reads_board(_check_emitter))
     env["BUILDERS"]["NeedleImages"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_images_action, _images_str, varlist=["NEEDLE_BOARD", "libc"]),
-        emitter=_images_emitter)
+        emitter=_reads_board(_images_emitter))
     env["BUILDERS"]["NeedleSdk"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_sdk_action, _sdk_str, varlist=["NEEDLE_BOARD", "libc", "cc", "NEEDLE_THREADS"]),
-        emitter=_sdk_emitter, target_factory=Dir)
+        emitter=_reads_board(_sdk_emitter), target_factory=Dir)
     env["BUILDERS"]["NeedleTools"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_tools_action, _tools_str, varlist=["NEEDLE_BOARD", "NEEDLE_HEAD_TOKENS"]))
+        action=SCons.Action.Action(_tools_action, _tools_str, varlist=["NEEDLE_BOARD", "NEEDLE_HEAD_TOKENS"]),
+        emitter=_reads_board())
     env["BUILDERS"]["NeedlePrefix"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]))
+        action=SCons.Action.Action(_prefix_action, _prefix_str, varlist=["NEEDLE_BOARD", "libc"]),
+        emitter=_reads_board())
     env["BUILDERS"]["NeedleIpk"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]))
+        action=SCons.Action.Action(_ipk_action, _ipk_str, varlist=["NEEDLE_BOARD", "libc"]),
+        emitter=_reads_board())
     env["BUILDERS"]["NeedleFeed"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_feed_action, _feed_str, varlist=["NEEDLE_BOARD", "libc", "NEEDLE_FEED_KEY"]))
+        action=SCons.Action.Action(_feed_action, _feed_str, varlist=["NEEDLE_BOARD", "libc", "NEEDLE_FEED_KEY"]),
+        emitter=_reads_board())
     env["BUILDERS"]["NeedleDeb"] = SCons.Builder.Builder(
-        action=SCons.Action.Action(_deb_action, _deb_str, varlist=["NEEDLE_BOARD", "libc"]))
+        action=SCons.Action.Action(_deb_action, _deb_str, varlist=["NEEDLE_BOARD", "libc"]),
+        emitter=_reads_board())
 
 
 def exists(env):
