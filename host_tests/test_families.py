@@ -119,3 +119,12 @@ def test_descriptor_refuses_a_variant_there_is_no_code_for(trait, value):
 def test_unknown_family_is_one_line():
     with pytest.raises(CactError, match=r"^kernel family 'sse2': choose one of armv6, mdsp, "):
         families.get("sse2")
+
+
+def test_every_family_has_a_kernel_driver():
+    """Adding a family means naming its board in a kernel driver, which runs it against the
+    scalar reference on random inputs: test_kernels.py (A profile, x86) or test_kernels_mcu.py
+    (Cortex-M, under qemu-system-arm)."""
+    from host_tests import test_kernels, test_kernels_mcu
+    driven = {"scalar", *test_kernels.FAMILIES, *(f for _, f in test_kernels_mcu.FAMILIES)}
+    assert driven == set(families.names())

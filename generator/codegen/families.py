@@ -1,8 +1,8 @@
 """Kernel families: one frozen descriptor per family, every fact about it in one row.
 
 A kernel family is the per-CPU code behind the A8 matrix products, the butterflies, the
-quantiser and the attention reads (templates/kernels/<template>).  Its row in `FAMILIES`
-says everything the rest of the project needs to know about it: which template holds its
+quantiser and the attention reads (its template, under templates/kernels/).  Its row in
+`FAMILIES` says everything the rest of the project needs to know about it: which template holds its
 code, which instruction set it is written for and which compiler flags and CPU features it
 needs, how the engine batches a prefill product with it, how decode attention runs on it, and
 which optional functions of the contract below it defines itself.  The templates read the
