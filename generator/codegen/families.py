@@ -78,7 +78,10 @@ class KernelFamily:
     #: pick and the refusal of run=/bench= on a machine without them (slowest family first)
     host_features: tuple[str, ...] = ()
     dot_product: bool = False           # the ISA's int8 dot-product extension (VPDPBUSD, SDOT)
-    #: nk_gemm_a8's form: "family" (its own nk_gemm_a8_family) or "blocked" (the fallback)
+    #: how nk_gemm_a8 batches a prefill product: "family", the family's own nk_gemm_a8_family
+    #: (each row's group decoded once into the family's level form, then only multiply-
+    #: accumulates per token), or "blocked", the fallback: its GEMV over row blocks that stay
+    #: in L1 while every token passes
     gemm_form: str = "blocked"
     #: positions decode attention scores side by side: eight independent sums where the cores
     #: run several float adds at once and the compiler vectorises the lanes; one (nk_dot's plain
