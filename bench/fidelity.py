@@ -93,28 +93,41 @@ def demo_tokens(a, limit: int) -> list[int]:
     return ids[:limit]
 
 
-def measure(case: str) -> Fidelity:
-    a = reader.read(archive_bytes(case))
-    model = Needle3 if a.generation == 3 else Needle2
-    fl_model, a8_model = model(a, "float"), model(a, "a8")
+def tokens_for(case: str, a) -> list[int]:
+    """The teacher-forced sequence of a case (module docstring, "Sequences")."""
     max_seq, window = a.header["max_seq_len"], a.header["kv_window"] or a.header["max_seq_len"]
+    if case in DEMOS:
+        return demo_tokens(a, max_seq)
+    rng = np.random.default_rng(SEED)
+    # three windows; the published geometries one and a quarter (they cost minutes a window)
+    n = min(window + window // 4 if case in LARGE else 3 * window, max_seq)
+    return [int(t) for t in rng.integers(0, a.header["vocab"], n)]
+
+
+_FLOAT_LOGITS: dict[str, np.ndarray] = {}
+
+
+def compare(case: str, a, model) -> Fidelity:
+    """`model` (an a8 reference of archive `a`, or a variant of it) against the float reference."""
     if a.header["kv_bits"] != 8:
         raise SystemExit(f"bench.fidelity: {case} has kv_bits {a.header['kv_bits']}: only int8-KV cases compare "
                          "the a8 activations")
-    if case in DEMOS:
-        tokens = demo_tokens(a, max_seq)
-    else:
-        rng = np.random.default_rng(SEED)
-        # three windows; the published geometries one and a quarter (they cost minutes a window)
-        n = min(window + window // 4 if case in LARGE else 3 * window, max_seq)
-        tokens = [int(t) for t in rng.integers(0, a.header["vocab"], n)]
-    fl, a8 = fl_model.logits(tokens), a8_model.logits(tokens)
+    tokens = tokens_for(case, a)
+    if case not in _FLOAT_LOGITS:           # the same for every model compared on this case
+        _FLOAT_LOGITS[case] = (Needle3 if a.generation == 3 else Needle2)(a, "float").logits(tokens)
+    fl, a8 = _FLOAT_LOGITS[case], model.logits(tokens)
     cos = (a8 * fl).sum(1) / np.linalg.norm(a8, axis=1) / np.linalg.norm(fl, axis=1)
     top2 = np.sort(fl, axis=1)[:, -2:]
     clear = (top2[:, 1] - top2[:, 0]) > CLEAR_MARGIN * np.abs(fl).max(1)
     agree = a8.argmax(1) == fl.argmax(1)
-    return Fidelity(case, a.generation, len(tokens), window, float(cos.min()), float(cos.mean()),
+    return Fidelity(case, a.generation, len(tokens), a.header["kv_window"] or a.header["max_seq_len"],
+                    float(cos.min()), float(cos.mean()),
                     float(agree[clear].mean()) if clear.any() else 1.0, int(clear.sum()), int((~clear).sum()))
+
+
+def measure(case: str) -> Fidelity:
+    a = reader.read(archive_bytes(case))
+    return compare(case, a, (Needle3 if a.generation == 3 else Needle2)(a, "a8"))
 
 
 def markdown(rows: list[Fidelity]) -> str:

@@ -68,3 +68,18 @@ def test_a_lower_floor_is_noticed(monkeypatch):
     monkeypatch.setattr(fidelity.Needle2, "logits", worse)
     with pytest.raises(AssertionError, match="under its floor"):
         check("tiny", FLOOR["tiny"])
+
+
+def test_the_sources_variants_undo_only_what_they_name():
+    """bench.fidelity_sources takes the a8 reference apart: its `a8` variant must be the a8
+    reference itself (the same figures to the last bit: the variant machinery adds nothing),
+    and undoing everything (`all-float`, Needle 2) must give the float model back: cosine 1
+    within f32 rounding of sums taken in another order (f64 products rounded once to f32 in
+    both, so only the attention's f32 sums differ, ~1e-7 relative, far below 1e-5)."""
+    from bench import fidelity_sources as fs
+    a8 = fs.measure("tiny", "a8")
+    ref = fidelity.measure("tiny")
+    assert (a8.worst_cosine, a8.mean_cosine) == (ref.worst_cosine, ref.mean_cosine)
+    back = fs.measure("tiny", "all-float")
+    assert back.worst_cosine > 1 - 1e-5, back
+    assert fs.measure("needle3-tiny", "float-kv") is None     # Needle 3's float model has the int8 KV
