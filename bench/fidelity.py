@@ -41,7 +41,7 @@ import numpy as np
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
 from generator.commands import synth
-from generator.model import Needle2, Needle3
+from generator.model import reference
 from generator.tools.prompt import render_prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def compare(case: str, a, model) -> Fidelity:
                          "the a8 activations")
     tokens = tokens_for(case, a)
     if case not in _FLOAT_LOGITS:           # the same for every model compared on this case
-        _FLOAT_LOGITS[case] = (Needle3 if a.generation == 3 else Needle2)(a, "float").logits(tokens)
+        _FLOAT_LOGITS[case] = reference(a, "float").logits(tokens)
     fl, a8 = _FLOAT_LOGITS[case], model.logits(tokens)
     cos = (a8 * fl).sum(1) / np.linalg.norm(a8, axis=1) / np.linalg.norm(fl, axis=1)
     top2 = np.sort(fl, axis=1)[:, -2:]
@@ -127,7 +127,7 @@ def compare(case: str, a, model) -> Fidelity:
 
 def measure(case: str) -> Fidelity:
     a = reader.read(archive_bytes(case))
-    return compare(case, a, (Needle3 if a.generation == 3 else Needle2)(a, "a8"))
+    return compare(case, a, reference(a, "a8"))
 
 
 def markdown(rows: list[Fidelity]) -> str:

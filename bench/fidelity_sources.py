@@ -32,7 +32,7 @@ import numpy as np
 
 from bench import fidelity
 from generator.archive import quant, reader
-from generator.model import Needle2, Needle3
+from generator.model import GENERATIONS
 from generator.model import numerics as nm
 from generator.model.needle2 import _Linear
 
@@ -88,7 +88,7 @@ def _round_groups(t: np.ndarray, qmax: int) -> np.ndarray:
 
 def variant_class(generation: int, activations: str, levels: str, attention: str):
     """The reference of `generation` with the chosen product and attention numerics."""
-    base = Needle3 if generation == 3 else Needle2
+    base = GENERATIONS[generation]
 
     class Variant(base):
         def lin(self, role: str) -> _Linear:

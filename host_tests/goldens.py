@@ -6,8 +6,7 @@ from pathlib import Path
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
+from generator.model import reference
 from host_tests.scons_run import ROOT, scons
 
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -18,7 +17,7 @@ def reference(name: str):
     """(a8 reference model, tokenizer) of golden archive `name`."""
     a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
+    return reference(a, "a8"), tok
 
 
 def host_engines(root: Path, *options: str) -> Path:

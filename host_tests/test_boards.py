@@ -400,6 +400,7 @@ def test_engine_signature_is_exactly_what_generation_runs(tmp_path):
     assert loaded - NOT_IN_SIGNATURE == listed
     templates = {str(p.relative_to(ROOT)) for p in scons_tool.signature_files() if p.suffix == ".j2"}
     assert "templates/link.ld.j2" in templates and "templates/kernels/mve.c.j2" in templates
+    assert {"templates/model/needle2.c.j2", "templates/model/needle3.c.j2", "templates/model/_attention.c.j2"} <= templates
     assert not any(t.startswith("templates/bench/") for t in templates)   # the driver is no engine input
 
 

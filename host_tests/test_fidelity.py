@@ -24,6 +24,7 @@ from __future__ import annotations
 import pytest
 
 from bench import fidelity
+from generator.model import Needle2
 
 # case -> worst-position cosine floor (measured: tiny 0.99880, small 0.99677, needle3-tiny 0.99845,
 # needle3-small 0.99885, needle2-demo 0.99885, needle3-demo 0.99816; needle2-base and needle3-base
@@ -56,7 +57,7 @@ def test_the_published_geometries_keep_their_fidelity(case):
 def test_a_lower_floor_is_noticed(monkeypatch):
     """Not vacuous: a8 logits made worse at one position (half the largest |logit| added to one
     logit) fail the floor."""
-    real = fidelity.Needle2.logits
+    real = Needle2.logits
 
     def worse(self, tokens):
         out = real(self, tokens)
@@ -65,7 +66,7 @@ def test_a_lower_floor_is_noticed(monkeypatch):
             out[len(out) // 2, 0] += 0.5 * abs(out[len(out) // 2]).max()
         return out
 
-    monkeypatch.setattr(fidelity.Needle2, "logits", worse)
+    monkeypatch.setattr(Needle2, "logits", worse)
     with pytest.raises(AssertionError, match="under its floor"):
         check("tiny", FLOOR["tiny"])
 

@@ -488,11 +488,10 @@ def test_force_call_lists_are_never_empty(tools, rnd):
 def engine(name: str):
     from generator.archive import reader
     from generator.archive.tokenizer import Tokenizer
-    from generator.model.needle2 import Needle2
-    from generator.model.needle3 import Needle3
+    from generator.model import reference
     a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
+    return reference(a, "a8"), tok
 
 
 SMALL_LEAF = st.one_of(st.builds(dict, type=st.sampled_from(["boolean", "integer", "number", "null"])),

@@ -139,7 +139,7 @@ def test_the_wheel_carries_the_generator_templates_firmware_and_boards(wheel):
     expected = _expected_wheel_files()
     assert sorted(expected - payload) == []           # nothing the generator reads is left out
     assert sorted(payload - expected) == []           # and nothing else rides along
-    for must in ("generator/_share/templates/needle_model.c.j2", "generator/_share/templates/kernels/scalar.c.j2",
+    for must in ("generator/_share/templates/model/needle2.c.j2", "generator/_share/templates/kernels/scalar.c.j2",
                  "generator/_share/templates/package/needle.init", "generator/_share/firmware/cli/main.c",
                  "generator/_share/firmware/hal/linux/hal_linux.c", "generator/_share/boards/rpi-zero.toml",
                  "generator/data/tok1k.model"):
@@ -224,11 +224,11 @@ def test_a_users_sconstruct_loads_the_tool_from_the_installed_package(venv, outs
 
     tree = _run(scons + ["--tree=prune", "gen"], cwd=proj).stdout
     installed = next((venv / "lib").glob("python3*/site-packages")).resolve() / "generator"
-    assert f"{installed}/_share/templates/needle_model.c.j2" in tree
+    assert f"{installed}/_share/templates/model/needle2.c.j2" in tree
     assert f"{installed}/codegen/plan.py" in tree
     assert str(ROOT) not in tree
 
-    template = installed / "_share" / "templates" / "needle_model.c.j2"
+    template = installed / "_share" / "templates" / "model" / "needle2.c.j2"
     template.write_text(template.read_text() + "{# a new release of the template #}\n")
     assert _run(scons, cwd=proj).stdout.splitlines() == ["GEN gen"]
 

@@ -14,8 +14,7 @@ import pytest
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
+from generator.model import reference
 from generator.tools.decode import Session
 from generator.tools.prompt import render_prompt_ids
 from generator.build import sdk
@@ -34,7 +33,7 @@ QUERIES = ["turn on the kitchen lights", "what's the weather in Lagos", "reboot 
 def _reference(name):
     a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
+    return reference(a, "a8"), tok
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,7 @@ from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
 from generator.tools.prompt import render_prompt_ids
 from generator.errors import CactError
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
+from generator.model import reference
 from generator.tools import grammar as gm
 from generator.tools.decode import run_turn
 from generator.tools.schema import compile_tools
@@ -274,7 +273,7 @@ def engines(tmp_path_factory):
 def _reference(name):
     a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return (Needle3 if a.generation == 3 else Needle2)(a, "a8"), tok
+    return reference(a, "a8"), tok
 
 
 ENVELOPE_KEYS = ("type", "success", "error", "error_code", "function_calls", "reasoning", "confidence",

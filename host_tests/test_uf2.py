@@ -137,6 +137,7 @@ def test_missing_picotool_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["board=stm32h750b-dk", "uf2=1"], "board stm32h750b-dk is not an RP2350: a UF2 image is for a boot ROM"),
     (["board=watch-m4", "uf2=1"], "board watch-m4 is not an RP2350"),
+    (["board=rpi-zero", "uf2=1"], "board rpi-zero is not an RP2350"),
     (["board=stm32h750b-dk", "flash=dry", "probe=picotool"], "board stm32h750b-dk is not an RP2350: picotool loads UF2"),
 ])
 def test_uf2_for_another_board_is_refused(tmp_path, args, message):

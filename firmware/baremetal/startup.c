@@ -1,5 +1,5 @@
 /* Cortex-M start-up: vector table, reset handler (the BSP's hal_board_init, the stack guard,
- * copy .data, zero .bss, enable the FPU and MVE), the boot block a board's ROM may want, and a
+ * copy .ram_text and .data, zero .bss, enable the FPU and MVE), the boot block a board's ROM may want, and a
  * fault handler that dumps the stacked registers and the fault status registers on the
  * console (whichever HAL: semihosting or UART) and exits with status 4; a stack overflow
  * gets one line of its own. */
@@ -10,6 +10,8 @@
 #include "hal.h"
 
 extern uint32_t __data_load[], __data_start[], __data_end[], __bss_start[], __bss_end[];
+/* code that runs from on-chip RAM (a flash driver's write sequence: section .ram_text) */
+extern uint32_t __ram_text_load[], __ram_text_start[], __ram_text_end[];
 /* templates/link.ld.j2: the main stack [__stack_bottom, __stack_top), the stack guard
  * [__stack_guard_start, __stack_guard_end) right below it (empty where MSPLIM guards the
  * stack) and the fault handler's own stack, below the guard. */
@@ -101,6 +103,7 @@ void Reset_Handler(void)
 #if STACK_GUARD_MPU
     stack_guard_mpu();
 #endif
+    memcpy(__ram_text_start, __ram_text_load, (size_t)((uint8_t *)__ram_text_end - (uint8_t *)__ram_text_start));
     memcpy(__data_start, __data_load, (size_t)((uint8_t *)__data_end - (uint8_t *)__data_start));
     memset(__bss_start, 0, (size_t)((uint8_t *)__bss_end - (uint8_t *)__bss_start));
 #if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)

@@ -59,6 +59,25 @@ int hal_fail(int code, const char *fmt, ...);
  * hal/sha256/sha256_<kind>.c). */
 void hal_sha256(const uint8_t *data, size_t n, uint8_t out[32]);
 
+/* Bare metal, a board with [slots] (MCUboot; baremetal/mcuboot.c).  hal_flash_program
+ * programs n bytes at addr (the address the CPU reads the flash at), all of them within one
+ * write-alignment unit of the board file's slots.align, over bytes still erased: NULL, or why
+ * not (one line).  Weak default: refuses (no flash driver); a board's driver overrides it
+ * (slots.flash_driver = "rp2350": hal/flash/flash_rp2350.c).
+ * mcuboot_confirm writes image_ok in the primary slot's trailer when the trailer says the
+ * image came in by a test swap and is not confirmed yet; needle_image_confirm, which the
+ * generated needle_boot() calls once every archive check has passed, does that and reports a
+ * failure in one line on the console. */
+const char *hal_flash_program(uint32_t addr, const void *data, size_t n);
+enum {
+    MCUBOOT_NOTHING = 0,        /* nothing to write: confirmed already, or flashed in place */
+    MCUBOOT_CONFIRMED = 1,      /* image_ok written now */
+    MCUBOOT_DAMAGED = -1,       /* the trailer is neither erased nor MCUboot's: left alone */
+    MCUBOOT_NOT_WRITTEN = -2,   /* a test swap, but image_ok could not be written */
+};
+int mcuboot_confirm(const char **why);
+void needle_image_confirm(void);
+
 /* Bare metal: baremetal/syscalls.c (libneedle_board.a, a user's program only) defines it;
  * hal_main ends through it when it is linked, so the C library's exit() flushes stdio and
  * runs atexit handlers.  The needle firmware does not link it (a null weak reference). */

@@ -588,6 +588,8 @@ def hal_sources(board: dict) -> list[str]:
     """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
     the shared console logic plus the driver of the board's UART kind."""
     extra = [f"hal/sha256/sha256_{board['sha256']}.c"] if "sha256" in board else []
+    if "flash_driver" in board.get("slots", {}):     # MCUboot's image_ok (baremetal/mcuboot.c)
+        extra.append(f"hal/flash/flash_{board['slots']['flash_driver']}.c")
     if board["console"] == "uart":
         return ["hal/uart/hal_uart.c", f"hal/uart/uart_{board['uart'].get('kind', UART_KINDS[0])}.c",
                 "hal/cmdline.c"] + extra
@@ -598,8 +600,13 @@ def hal_defines(board: dict) -> list[str]:
     """Compiler flags the board's HAL needs: a UART console's address, its clock and the
     processor's (SysTick: the command-line wait), and (QEMU boards only)
     NEEDLE_UART_SEMIHOST_EXIT=1 to report the exit status by semihosting; the boot block the
-    board's boot ROM wants (boot_block: startup.c)."""
+    board's boot ROM wants (boot_block: startup.c); with [slots], the primary slot's end and the
+    flash's write alignment, where MCUboot's trailer is (baremetal/mcuboot.c)."""
     out = [BOOT_BLOCKS[board["boot_block"]]] if "boot_block" in board else []
+    if "slots" in board:          # where MCUboot's trailer is (baremetal/mcuboot.c)
+        primary = board["slots"]["primary"]
+        out += [f"-DNEEDLE_MCUBOOT_PRIMARY_END=0x{primary['origin'] + primary['length']:X}u",
+                f"-DNEEDLE_MCUBOOT_ALIGN={board['slots']['align']}u"]
     if board.get("console") != "uart":
         return out
     u = board["uart"]

@@ -34,6 +34,9 @@ from generator.errors import CactError
 SLOT_NAMES = ("bootloader", "primary", "secondary", "scratch")
 REQUIRED_SLOTS = ("bootloader", "primary", "secondary")
 ALIGNS = (1, 2, 4, 8, 16, 32)          # imgtool --align
+# slots.flash_driver: the chip's flash programming behind hal_flash_program, with which the
+# firmware writes image_ok once its archive check has passed (firmware/hal/flash/flash_<kind>.c)
+FLASH_DRIVERS = ("rp2350",)
 DEFAULT_HEADER = 0x200
 INSTALL = "pip install imgtool==2.5.0"
 
@@ -54,9 +57,13 @@ def flash_span(board: dict) -> tuple[int, int]:
 def check_slots(board: dict) -> str | None:
     """Why the board's [slots] table is wrong (one line), or None."""
     s = board["slots"]
-    extra = sorted(set(s) - set(SLOT_NAMES) - {"header_bytes", "align"})
+    extra = sorted(set(s) - set(SLOT_NAMES) - {"header_bytes", "align", "flash_driver"})
     if extra:
-        return f"unknown key slots.{extra[0]} (slot keys: {', '.join(SLOT_NAMES)}, header_bytes, align)"
+        return (f"unknown key slots.{extra[0]} (slot keys: {', '.join(SLOT_NAMES)}, header_bytes, align, "
+                "flash_driver)")
+    if "flash_driver" in s and s["flash_driver"] not in FLASH_DRIVERS:
+        return (f"slots.flash_driver (the flash driver that writes MCUboot's image_ok) must be one of "
+                f"{', '.join(FLASH_DRIVERS)}; leave it out and the image never confirms itself")
     for name in REQUIRED_SLOTS:
         if name not in s:
             return f"[slots] needs {', '.join(REQUIRED_SLOTS)} (scratch is optional)"
@@ -79,21 +86,24 @@ def check_slots(board: dict) -> str | None:
     for name, a, b in slots:
         if a < lo or b > hi:
             return (f"slot {name} (0x{a:08X}..0x{b:08X}) is outside the board's flash (0x{lo:08X}..0x{hi:08X}: "
-                    "flash_bytes from the lowest of its slots and code and archive regions)")
+                    "flash_bytes from the lowest of its slots and code and archive regions): move or shorten "
+                    "the slot, or set memory.flash_bytes to the flash the board has")
     for r in board["memory"]["regions"]:
         if r["use"] in ("code", "archive") and r["origin"] + r["length"] > hi:
             return (f"region {r['name']} ends at 0x{r['origin'] + r['length']:08X}, outside the board's flash "
-                    f"(0x{lo:08X}..0x{hi:08X}: flash_bytes from the lowest of its slots and code and archive regions)")
+                    f"(0x{lo:08X}..0x{hi:08X}: flash_bytes from the lowest of its slots and code and archive regions): "
+                    "shorten the region, or set memory.flash_bytes to the flash the board has")
     ordered = sorted(slots, key=lambda t: t[1])
     for (n1, a1, b1), (n2, a2, b2) in zip(ordered, ordered[1:]):
         if b1 > a2:
-            return f"slots {n1} (0x{a1:08X}..0x{b1:08X}) and {n2} (from 0x{a2:08X}) overlap"
+            return (f"slots {n1} (0x{a1:08X}..0x{b1:08X}) and {n2} (from 0x{a2:08X}) overlap: move {n2} "
+                    f"to 0x{b1:08X} or later, or shorten {n1}")
     arch = next(r for r in board["memory"]["regions"] if r["use"] == "archive")
     for name, a, b in slots:
         if a < arch["origin"] + arch["length"] and arch["origin"] < b:
             return (f"slot {name} (0x{a:08X}..0x{b:08X}) overlaps the archive region {arch['name']} "
                     f"(0x{arch['origin']:08X}..0x{arch['origin'] + arch['length']:08X}): the archive has a "
-                    "region of its own, outside the slots")
+                    "region of its own, outside the slots; move the slot or the archive region")
     code = next(r for r in board["memory"]["regions"] if r["use"] == "code")
     p = s["primary"]
     if code["origin"] != p["origin"] + header or code["origin"] + code["length"] > p["origin"] + p["length"]:
@@ -120,7 +130,8 @@ def key_problem(path: str) -> str | None:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        return f"sign={path}: {exc.strerror.lower()}"
+        return (f"sign={path}: {exc.strerror.lower()}: give the path of your PEM signing key (make one with "
+                "imgtool keygen -k KEY.pem -t ecdsa-p256, and keep it off the repository)")
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
     if b"ENCRYPTED" in data[:200]:

@@ -53,7 +53,7 @@ SIGNATURE_SOURCES = ("generator/__init__.py", "generator/paths.py", "generator/e
                      "generator/codegen/*.py", "generator/build/__init__.py",
                      "generator/build/boards.py", "generator/tools/__init__.py",
                      "generator/tools/tables.py",      # boards.py checks [grammar] with it
-                     "templates/*.j2", "templates/kernels/*.j2")
+                     "templates/*.j2", "templates/kernels/*.j2", "templates/model/*.j2")
 
 
 def signature_files() -> list[Path]:

@@ -63,6 +63,8 @@ BOARD_ENTRY = "Reset_Handler"
 SYSCALL_SOURCES = ["baremetal/syscalls.c"]
 SYSCALL_ENTRY = "_write"
 SHA256_HOOK = "hal_sha256"
+FLASH_HOOK = "hal_flash_program"
+CONFIRM_HOOK = "needle_image_confirm"
 # The needle firmware links newlib-nano (it formats on its own); a user's program on the board
 # support gets the full newlib, whose printf has %lld and %f (newlib-nano's has neither).
 NANO = ("--specs=nano.specs",)
@@ -71,7 +73,11 @@ PROCESSORS = {"arm": "arm", "mips": "mips"}
 
 def board_support_sources(board: dict) -> list[str]:
     """firmware/ sources of libneedle_board.a: start-up, the board's console, formatting."""
-    return ["baremetal/startup.c", "hal/format.c"] + boards.hal_sources(board)
+    # mcuboot.c confirms the image (needle_boot) and defines a weak hal_flash_program; it comes
+    # after the HAL, whose flash driver defines the strong one: in libneedle_board.a the linker
+    # takes the first member that defines a symbol it needs, so the driver's must come first
+    mcuboot = ["baremetal/mcuboot.c"] if "slots" in board else []
+    return ["baremetal/startup.c", "hal/format.c"] + boards.hal_sources(board) + mcuboot
 
 
 def archive_file(board: dict) -> str | None:
@@ -119,7 +125,12 @@ def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) ->
     board_link = [f for f in link if f not in needle_link and f not in NANO] + [
         f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"] + (
         # a hash accelerator's hal_sha256 must win over the engine's weak software one
-        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else [])
+        [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else []) + (
+        # with [slots]: the image confirmation libneedle.a's needle_boot calls (this library is
+        # searched before libneedle.a), and a flash driver's hal_flash_program over the weak
+        # refusal in mcuboot.c's object
+        [f"-Wl,--undefined={CONFIRM_HOOK}"] if "slots" in board else []) + (
+        [f"-Wl,--undefined={FLASH_HOOK}"] if "flash_driver" in board.get("slots", {}) else [])
     arch_region = next((r for r in board["memory"].get("regions", []) if r["use"] == "archive"), None)
     return {
         "version": __version__, "board": board["name"], "os": board["os"], "bare": bare,

@@ -19,7 +19,7 @@ from generator.files import refuse_output_is_input
 
 ENGINE_FILES = {
     "needle_model.h": "needle_model.h.j2",
-    "needle_model.c": "needle_model.c.j2",
+    "needle_model.c": "model/needle{generation}.c.j2",   # one template per model generation
     "needle_kernels.h": "needle_kernels.h.j2",
     "needle_kernels.c": "needle_kernels.c.j2",
     "needle_tokenizer.h": "needle_tokenizer.h.j2",
@@ -27,6 +27,12 @@ ENGINE_FILES = {
     "needle_archive.S": "needle_archive.S.j2",
     "needle_archive_file.c": "needle_archive_file.c.j2",
 }
+
+
+def template(name: str, engine: planner.EnginePlan) -> str:
+    """The template that renders engine file `name` for this plan: needle_model.c from its
+    generation's template (templates/model/needle2.c.j2, needle3.c.j2), the rest shared."""
+    return ENGINE_FILES[name].format(generation=engine.generation)
 
 
 def outputs(board: dict | None = None) -> list[str]:
@@ -116,7 +122,7 @@ def generate(archive_path: str, out_dir: str, opts: planner.Options | None = Non
         if name == "link.ld":
             texts[name] = render.render("link.ld.j2", link)
         else:
-            texts[name] = render.render(ENGINE_FILES[name], tok if name.startswith("needle_tokenizer") else engine)
+            texts[name] = render.render(template(name, engine), tok if name.startswith("needle_tokenizer") else engine)
     try:
         os.makedirs(out_dir, exist_ok=True)
         for name, text in texts.items():
@@ -130,4 +136,4 @@ def generate(archive_path: str, out_dir: str, opts: planner.Options | None = Non
     return engine
 
 
-__all__ = ["generate", "outputs", "contexts", "ENGINE_FILES", "CactError"]
+__all__ = ["generate", "outputs", "contexts", "template", "ENGINE_FILES", "CactError"]

@@ -268,6 +268,7 @@ class EnginePlan:
     gnu_stack: bool                     # emit the .note.GNU-stack section (Linux targets)
     archive_file: bool                  # placement `file`: the archive is mapped from a file at start
     archive_partition: bool             # placement `partition`: boot hashes all of it (SHA-256)
+    mcuboot: bool                       # board [slots]: boot confirms the MCUboot image once the checks pass
     archive_map_address: int            # ... at this address (needle_cact, defined at link time)
     # geometry (archive header)
     d_model: int
@@ -640,6 +641,7 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         gnu_stack=gnu_stack,
         archive_file=archive_in_file(opts),
         archive_partition=bool(opts.board_data) and opts.board_data["archive"]["placement"] == "partition",
+        mcuboot=bool(opts.board_data) and "slots" in opts.board_data,
         archive_map_address=archive_map_address(opts.board_data) if archive_in_file(opts) else 0,
         d_model=h["d_model"], vocab=h["vocab"], out_vocab=geometry.output_rows(h),
         num_layers=h["num_layers"], heads=h["num_heads"], kv_heads=h["num_kv_heads"],

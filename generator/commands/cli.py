@@ -153,8 +153,7 @@ def cmd_call(args) -> int:
     from generator.archive import reader
     from generator.archive.tokenizer import Tokenizer
     from generator.tools.prompt import render_prompt_ids, system_facts
-    from generator.model.needle2 import Needle2
-    from generator.model.needle3 import Needle3
+    from generator.model import reference
     from generator.tools.decode import run_turn
     from generator.tools.schema import compile_tools, set_query
     try:
@@ -165,7 +164,7 @@ def cmd_call(args) -> int:
     set_query(g, args.query, args.span_strings)
     a = reader.read(args.archive)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
+    model = reference(a, "a8")
     if args.date == "now":
         import datetime
         args.date = datetime.datetime.now().strftime("%Y-%m-%d %a %H:%M")

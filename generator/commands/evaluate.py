@@ -295,10 +295,9 @@ class Reference:
 
     def __init__(self, archive, mode: str):
         from generator.archive.tokenizer import Tokenizer
-        from generator.model.needle2 import Needle2
-        from generator.model.needle3 import Needle3
+        from generator.model import reference
         self.label = mode
-        self.model = (Needle3 if archive.generation == 3 else Needle2)(archive, mode)
+        self.model = reference(archive, mode)
         self.tok = Tokenizer.from_blob(archive.tokenizer_blob())
 
     def prompt_ids(self, ex: Example) -> list:

@@ -45,7 +45,7 @@ from generator.commands import rung, synth
 from generator.tools import prompt
 from generator.errors import CactError
 from generator.files import refuse_output_is_input
-from generator.model import Needle2, Needle3
+from generator.model import Needle2, Needle3, reference
 
 REFERENCE_VERSION = 3  # bump when the reference's numerics change on purpose
 # Bumped when a8 arithmetic changes (docs/numerics.md: what every engine computes bit for bit);
@@ -322,7 +322,7 @@ def compute_user(archive: str | os.PathLike, cases: list[tuple[str, str]], tools
     a = reader.read(data)
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     h = a.header
-    model = Needle3(a, REFERENCE_MODE) if a.generation == 3 else Needle2(a, REFERENCE_MODE)
+    model = reference(a, REFERENCE_MODE)
     max_seq = h["max_seq_len"]
     tools_text = None
     if tools is not None:

@@ -18,8 +18,7 @@ from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
 from generator.errors import CactError
 from generator.model import numerics as nm
-from generator.model.needle2 import Needle2
-from generator.model.needle3 import Needle3
+from generator.model import reference
 from generator.tools.prompt import minify_tools
 
 TOP = 5            # tools rendered when there are more (NEEDLE_RETRIEVE_TOP)
@@ -97,7 +96,7 @@ def tool_embeddings(archive_path: str, tools_text: str, head_tokens: int) -> lis
         a = reader.read(fh.read())
     if not any(hd.code == 1 for hd in a.heads):
         return None
-    model = (Needle3 if a.generation == 3 else Needle2)(a, "a8")
+    model = reference(a, "a8")
     tok = Tokenizer.from_blob(a.tokenizer_blob())
     out = []
     for i, e in enumerate(elements):
