@@ -49,7 +49,7 @@ The static RAM of the tool-calling code is read from the linked image with pyelf
 STT_OBJECT symbols in writable sections (.data, .bss), grouped by the object file they come
 from, not by name: a local symbol belongs to the object of the STT_FILE symbol before it
 (checked against that object's own symbol table), a global one to the object in <build>/obj
-that defines it.  Per object (needle_tool_grammar, needle_tool_call, tool_prompt,
+that defines it.  Per object (needle_tool_grammar, needle_tool_call, needle_tool_prompt,
 needle_retrieval, needle_tools (generated), main, and any other object whose name says tool
 or grammar): data, bss, read-only objects and code (STT_FUNC sizes, .text), and the total.
 Only what the link kept is counted (bare metal links with --gc-sections); string literals
@@ -82,7 +82,8 @@ MAX_NEW = 64
 REPEATS = 7
 # the tool-calling objects, reported even when absent; any other object named like them
 # (a grammar compiled at build time, say) is reported too
-TOOL_OBJECTS = ("needle_tool_grammar", "needle_tool_call", "tool_prompt", "needle_retrieval", "needle_tools", "main")
+TOOL_OBJECTS = ("needle_grammar_schema", "needle_grammar_regex", "needle_tool_grammar", "needle_tool_call",
+                "needle_envelope", "needle_tool_prompt", "needle_json_scan", "needle_retrieval", "needle_tools", "main")
 TOOLISH = re.compile(r"tool|grammar")
 CONSTRAINED = ["--query", DEMO_QUERY, "--force-call", "--max-new", str(MAX_NEW)]
 

@@ -206,7 +206,7 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
         sources.append(gen / "needle_archive.S")
     elf = out_dir / "driver.elf"
     cmd = ([cc] + flags.compile_flags(board, family) + boards.hal_defines(board)
-           + ["-Wno-unused-function", f"-I{gen}", f"-I{fw / 'hal'}", f"-I{fw / 'cli'}"]
+           + ["-Wno-unused-function", f"-I{gen}", f"-I{fw / 'hal'}", f"-I{fw / 'lib'}"]
            + [str(s) for s in sources]
            + flags.link_flags(board, str(gen / "link.ld")) + ["-o", str(elf), "-lm"])
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out_dir)

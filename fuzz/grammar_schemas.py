@@ -297,11 +297,12 @@ def dump_schema(v) -> str:
 # ---- the C walker ------------------------------------------------------------------------------
 def build_walker(out_dir: Path, asan: bool = False) -> Path:
     exe = out_dir / "grammar_walk"
-    cli = ROOT / "firmware" / "cli"
+    from generator.build import sources
+    fw = ROOT / "firmware"
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"] if asan else ["-O2"]
-    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", *flags, f"-I{cli}",
-                    str(ROOT / "fuzz" / "grammar_walk.c"), str(cli / "needle_tool_grammar.c"),
-                    str(cli / "tool_prompt.c"), "-o", str(exe)], check=True)
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", *flags, f"-I{fw / sources.LIB_DIR}",
+                    str(ROOT / "fuzz" / "grammar_walk.c"), *(str(fw / f) for f in sources.GRAMMAR_SOURCES),
+                    "-o", str(exe)], check=True)
     return exe
 
 

@@ -1,4 +1,4 @@
-/* grammar_walk: random walks through the C call grammar (firmware/cli/needle_tool_grammar.c),
+/* grammar_walk: random walks through the C call grammar (firmware/lib/needle_tool_grammar.c),
  * many tool lists per process, for fuzz/grammar_schemas.py, which runs the same walks through
  * the Python twin (generator/tools/grammar.py) and validates every finished call list with
  * jsonschema (fuzz/README.md, "Random schemas").

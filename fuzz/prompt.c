@@ -1,18 +1,18 @@
-/* fuzz/prompt.c -- libFuzzer harness of the prompt renderer (firmware/cli/tool_prompt.c).
+/* fuzz/prompt.c -- libFuzzer harness of the prompt renderer (firmware/lib/needle_tool_prompt.c).
  *
  * The input is split at NUL bytes:  TOOLS_JSON [NUL QUERY [NUL SYSTEM]]
  * (no NUL: query "hi" and no system; one NUL: no system).  Every part is passed in an
  * exact-size heap copy so AddressSanitizer sees any read past tools_json[len] or past the
  * NUL of query/system.  The renderer runs with a roomy output buffer, then with an output
  * exactly the right size, one byte too small, and a small one, and with small error
- * buffers; the documented results (tool_prompt.h) are checked and a broken one abort()s.
+ * buffers; the documented results (needle_tool_prompt.h) are checked and a broken one abort()s.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 
 #define OUT_CAP (1u << 20)
 

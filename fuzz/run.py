@@ -23,9 +23,14 @@ from pathlib import Path
 FUZZ = Path(__file__).resolve().parent
 ROOT = FUZZ.parent
 ARCHIVE = ROOT / "host_tests" / "golden" / "tiny" / "archive.cact"
-CLI = ROOT / "firmware" / "cli"
-HAL = ROOT / "firmware" / "hal"
-# NEEDLE_NO_SERVE: main.c without the service (cli/serve.c, which would wait on standard input
+FIRMWARE = ROOT / "firmware"
+sys.path.insert(0, str(ROOT))
+from generator.build import sources as fw_sources  # noqa: E402  (the firmware's source lists)
+
+LIB, CLI, HAL = (FIRMWARE / d for d in (fw_sources.LIB_DIR, fw_sources.CLI_DIR, fw_sources.HAL_DIR))
+# the CLI's sources beside the engine: main.c, the library, formatting (entry.c: the harness's own)
+CLI_GLUE = [FIRMWARE / f for f in [fw_sources.CLI_SOURCES[1]] + fw_sources.LIBRARY_SOURCES + ["hal/format.c"]]
+# NEEDLE_NO_SERVE: main.c without the service (cli/serve_*.c, which would wait on standard input
 # or a socket): the harnesses link main.c alone, and `--serve` is refused in one line.
 CFLAGS = ["-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=fuzzer,address,undefined",
           "-fno-sanitize-recover=all", "-std=c11", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE"]
@@ -38,12 +43,10 @@ def sources(name, gen):
     if name == "tokenizer":
         return [FUZZ / "tokenizer.c", gen / "needle_tokenizer.c", gen / "needle_archive.S"], [gen]
     if name == "prompt":
-        return [FUZZ / "prompt.c", CLI / "tool_prompt.c"], [CLI]
+        return [FUZZ / "prompt.c"] + [FIRMWARE / f for f in fw_sources.PROMPT_SOURCES], [LIB]
     if name == "cli":
-        return ([FUZZ / "cli.c", CLI / "main.c", CLI / "tool_prompt.c", CLI / "needle_tool_grammar.c",
-                 CLI / "needle_tool_call.c", CLI / "needle_retrieval.c", CLI / "needle_session.c", HAL / "format.c",
-                 gen / "needle_model.c", gen / "needle_kernels.c", gen / "needle_tokenizer.c",
-                 gen / "needle_archive.S"], [gen, CLI, HAL])
+        return ([FUZZ / "cli.c", *CLI_GLUE, gen / "needle_model.c", gen / "needle_kernels.c",
+                 gen / "needle_tokenizer.c", gen / "needle_archive.S"], [gen, LIB, CLI, HAL])
     raise ValueError(name)
 
 
@@ -170,7 +173,7 @@ def soak_available(cc="clang"):
 def build_soak(out, cc="clang"):
     """Generate the tiny golden engine for the host board (the kernels `scons board=host` picks)
     into out/soak-gen and link out/soak: fuzz/soak.c + firmware/cli/main.c (unchanged) +
-    tool_prompt.c + format.c + the engine, everything under ASan + UBSan, compiled with the
+    the library + format.c + the engine, everything under ASan + UBSan, compiled with the
     host build's numerics flags so its answers match `scons board=host sanitize=1`."""
     sys.path.insert(0, str(ROOT))
     from generator.build import boards, flags
@@ -183,11 +186,8 @@ def build_soak(out, cc="clang"):
     exe = out / "soak"
     cflags = [f for f in flags.compile_flags(board, family) if f != "-Werror"]
     cmd = [cc, *cflags, "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE", f"-I{gen}", f"-I{CLI}", f"-I{HAL}",
-           "-o", str(exe), str(FUZZ / "soak.c"), str(CLI / "main.c"), str(CLI / "tool_prompt.c"),
-           str(CLI / "needle_tool_grammar.c"), str(CLI / "needle_tool_call.c"), str(CLI / "needle_retrieval.c"),
-           str(CLI / "needle_session.c"),
-           str(HAL / "format.c"), str(HAL / "linux" / "stdio_file.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
+           "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-DNEEDLE_NO_SERVE", f"-I{gen}", f"-I{LIB}", f"-I{CLI}", f"-I{HAL}",
+           "-o", str(exe), str(FUZZ / "soak.c"), *map(str, CLI_GLUE), str(HAL / "linux" / "stdio_file.c"), str(gen / "needle_model.c"), str(gen / "needle_kernels.c"),
            str(gen / "needle_tokenizer.c"), str(gen / "needle_archive.S"), "-lm"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:

@@ -1,5 +1,5 @@
 """The generated C tokenizer (templates/needle_tokenizer.*.j2) and the C prompt renderer
-(firmware/cli/tool_prompt.c) against their Python references.
+(firmware/lib/needle_tool_prompt.c) against their Python references.
 
 For each golden archive (tiny: 1k vocabulary, small: 8k) the templates are rendered into a
 temporary directory, the archive is linked in with `.incbin` exactly as the firmware links
@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 
 from generator.archive import reader
+from generator.build import sources
+from generator.paths import FIRMWARE_DIR
 from generator.codegen import tokenizer_plan as pt
 from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 from generator.errors import CactError
@@ -39,7 +41,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 GOLDEN = HERE / "golden"
 DRIVER = HERE / "c" / "tok_driver.c"
-PROMPT_C = ROOT / "firmware" / "cli" / "tool_prompt.c"
+PROMPT_C = [FIRMWARE_DIR / f for f in sources.PROMPT_SOURCES]     # the renderer and its JSON scanner
+PROMPT_INCLUDE = FIRMWARE_DIR / sources.LIB_DIR
 LINES_FILE = HERE / "data" / "tokenizer_lines.txt"
 ARCHIVES = ("tiny", "small")
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O2"]
@@ -119,8 +122,8 @@ def builds(tmp_path_factory, board_runner) -> dict:
                 b.errors[variant] = f"{cc} is not installed"
                 continue
             exe = d / f"tok_driver_{variant}"
-            cmd = [cc, *flags, "-I", str(d), "-I", str(PROMPT_C.parent), "-o", str(exe),
-                   str(DRIVER), str(d / "needle_tokenizer.c"), str(PROMPT_C), str(d / "cact.S")]
+            cmd = [cc, *flags, "-I", str(d), "-I", str(PROMPT_INCLUDE), "-o", str(exe),
+                   str(DRIVER), str(d / "needle_tokenizer.c"), *map(str, PROMPT_C), str(d / "cact.S")]
             procs.append((b, variant, exe, cmd, subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
     for b, variant, exe, cmd, proc in procs:
@@ -551,11 +554,11 @@ def test_cross_compiles_freestanding(builds, tmp_path):
         "#include <stddef.h>\nvoid *memcpy(void *, const void *, size_t);\n"
         "void *memset(void *, int, size_t);\nint memcmp(const void *, const void *, size_t);\n"
         "size_t strlen(const char *);\n")
-    sources = [(PROMPT_C, builds["tiny"].dir)] + [
+    units = [(p, PROMPT_INCLUDE) for p in PROMPT_C] + [
         (builds[name].dir / "needle_tokenizer.c", builds[name].dir) for name in ARCHIVES]
     procs = []
     for target in CROSS_TARGETS:
-        for k, (src, include) in enumerate(sources):
+        for k, (src, include) in enumerate(units):
             cmd = [clang, f"--target={target}", "-ffreestanding", "-nostdlibinc",
                    "-isystem", str(inc), *CFLAGS, "-I", str(include), "-c", str(src),
                    "-o", str(tmp_path / f"{target}-{k}.o")]
@@ -627,8 +630,8 @@ def synth_builds(tmp_path_factory, tiny_bytes, edit, board_runner) -> dict:
                 b.errors[variant] = f"{cc} is not installed"
                 continue
             exe = d / f"tok_driver_{variant}"
-            cmd = [cc, *flags, "-I", str(d), "-I", str(PROMPT_C.parent), "-o", str(exe),
-                   str(DRIVER), str(d / "needle_tokenizer.c"), str(PROMPT_C), str(d / "cact.S")]
+            cmd = [cc, *flags, "-I", str(d), "-I", str(PROMPT_INCLUDE), "-o", str(exe),
+                   str(DRIVER), str(d / "needle_tokenizer.c"), *map(str, PROMPT_C), str(d / "cact.S")]
             procs.append((b, variant, exe, cmd, subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
     for b, variant, exe, cmd, proc in procs:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.build import boards, sdk
+from generator.build import boards, sdk, sources
 from host_tests.scons_run import ROOT, scons
 
 EXAMPLE = ROOT / "examples" / "hello"
@@ -111,9 +111,8 @@ def test_sdk_layout_is_relocatable_and_names_no_absolute_path(sdks, tmp_path, bo
         assert str(build) not in text and str(ROOT) not in text, rel
     members = subprocess.run(["arm-none-eabi-ar", "t", str(sdk_dir / "lib" / "libneedle.a")], capture_output=True,
                              text=True, check=True).stdout.split()
-    assert members == ["needle_model.o", "needle_kernels.o", "needle_tokenizer.o", "needle_archive.o", "tool_prompt.o",
-                       "needle_tool_grammar.o", "needle_tool_call.o", "needle_bindings.o",
-                       "needle_retrieval.o", "needle_session.o"]
+    assert members == ["needle_model.o", "needle_kernels.o", "needle_tokenizer.o", "needle_archive.o"] + [
+        Path(p).stem + ".o" for p in sources.LIBRARY_SOURCES]
 
     moved = tmp_path / "elsewhere" / "sdk"
     shutil.copytree(sdk_dir, moved)
@@ -178,3 +177,77 @@ def test_makefile_without_an_sdk_says_how_to_make_one(tmp_path):
     assert proc.returncode != 0
     assert "no needle SDK at" in proc.stderr and "scons board=host lib=1" in proc.stderr
     assert not (tmp_path / "hello").exists()
+
+
+# ---- the SDK from C++, and the library's public surface ------------------------------------
+
+CONSUMER = ROOT / "host_tests" / "c" / "sdk_consumer.cc"
+CONSUMER_TOOLS = ('[{"name":"set_timer","description":"Start a countdown timer","parameters":{"type":"object",'
+                  '"properties":{"minutes":{"type":"integer","minimum":1}},"required":["minutes"]}}]')
+
+
+def test_cpp_program_includes_the_sdk_headers_and_links_the_library(sdks, tmp_path):
+    """host_tests/c/sdk_consumer.cc, compiled by g++ -pedantic -Werror with the flags the SDK's
+    needle.pc gives: every installed header compiles as C++ and the library's C functions link
+    under C++ (without extern "C" the link fails on mangled names).  What it prints is the
+    Python twins' (the prompt, the shortest call list) and the board CLI's (the first token)."""
+    from generator.tools.prompt import render_prompt
+    from generator.tools.schema import compile_tools
+    if not shutil.which("g++"):
+        pytest.skip("g++ is not installed: apt-get install g++")
+    build = sdks("host")
+    sdk_dir = build / sdk.SDK_DIR
+    env = {"PKG_CONFIG_LIBDIR": str(sdk_dir / "lib" / "pkgconfig"), "PATH": subprocess.os.environ["PATH"]}
+
+    def pkg(*args):
+        return subprocess.run(["pkg-config", *args, "needle"], capture_output=True, text=True, env=env,
+                              check=True).stdout.split()
+    exe = tmp_path / "sdk_consumer"
+    proc = subprocess.run(["g++", "-std=c++11", "-O1", "-Wall", "-Wextra", "-Werror", "-pedantic", *pkg("--cflags"),
+                           str(CONSUMER), "-o", str(exe), *pkg("--libs")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = subprocess.run([str(exe), QUERY], capture_output=True, timeout=600)
+    assert got.returncode == 0, got.stderr
+    text, rest = got.stdout.split(b"\0")
+    assert text.decode("utf-8") == render_prompt(CONSUMER_TOOLS, QUERY)
+    lines = rest.decode().splitlines()
+    g = compile_tools(CONSUMER_TOOLS, force_call=True)
+    assert lines[0] == f"list_min {g.nodes[g.root].min_bytes}"
+
+    tools = tmp_path / "tools.json"
+    tools.write_text(CONSUMER_TOOLS)
+    cli = subprocess.run([str(build / "needle"), "--tools", str(tools), "--query", QUERY, "--ids", "--max-new", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    assert lines[1].split()[:2] == ["first", cli.stdout.strip()]
+
+
+def defined_globals(archive: Path) -> dict[str, list[str]]:
+    """Member object -> the global symbols it defines (nm: text, data, bss, read-only, weak)."""
+    out = subprocess.run(["nm", "-g", "--defined-only", str(archive)], capture_output=True, text=True,
+                         check=True).stdout
+    members, member = {}, None
+    for line in out.splitlines():
+        if line.endswith(":"):
+            member = line[:-1]
+            members[member] = []
+        elif line.strip():
+            members[member].append(line.split()[-1])
+    return members
+
+
+def test_library_exports_only_needle_symbols(sdks):
+    """The public surface of libneedle.a, a static archive, is every global symbol its members
+    define: what a program linking it can call and what can collide with the program's own
+    names.  The hand-written library (firmware/lib, generator/build/sources.py) defines only
+    needle_* names; the generated engine's objects needle_* names and the kernel interface
+    between needle_model.o and needle_kernels.o (nk_*, the one other prefix)."""
+    lib = sdks("host") / sdk.SDK_DIR / "lib" / "libneedle.a"
+    members = defined_globals(lib)
+    ours = {Path(p).stem + ".o" for p in sources.LIBRARY_SOURCES}
+    assert ours <= set(members), sorted(ours - set(members))
+    for member, names in members.items():
+        allowed = ("needle_",) if member in ours else ("needle_", "nk_")
+        stray = [n for n in names if not n.startswith(allowed)]
+        assert not stray, f"{member} exports {stray}: make them static, or name them needle_*"
+    assert any(n.startswith("needle_json_") for n in members["needle_json_scan.o"])

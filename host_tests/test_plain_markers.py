@@ -11,7 +11,7 @@ marker token, as in the packages.  ``Tokenizer.encode(text, markers=False)``,
   everywhere is the whole-text encoding at every split point; a prompt without markers in
   the caller's text encodes the same in both modes; an injection query keeps only the
   template's markers.
-* C (the generated tokenizer and tool_prompt.c, compiled with a small driver written
+* C (the generated tokenizer and needle_tool_prompt.c, compiled with a small driver written
   below): the same ids as Python for markers=False, for random segmentations and for whole
   prompts in both modes.
 * The CLI (tiny golden engine): ``--ids`` output equals the Python reference fed
@@ -31,6 +31,8 @@ from pathlib import Path
 import pytest
 
 from generator.archive import reader
+from generator.build import sources
+from generator.paths import FIRMWARE_DIR
 from generator.archive.tokenizer import CHAT_MARKERS, USER_DEFINED, Tokenizer
 from generator.commands import golden
 from generator.tools.prompt import render_prompt, render_prompt_ids, render_prompt_segments
@@ -39,7 +41,7 @@ from tokenizer_sources import write_tokenizer_sources  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 GOLDEN = HERE / "golden"
-PROMPT_C = ROOT / "firmware" / "cli" / "tool_prompt.c"
+PROMPT_C = [FIRMWARE_DIR / f for f in sources.PROMPT_SOURCES]     # the renderer and its JSON scanner
 DEMO_TOOLS = ROOT / "demo" / "tools.json"
 ARCHIVES = ("tiny", "small")
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O1", "-g",
@@ -191,7 +193,7 @@ DRIVER = r"""
 #include <stdlib.h>
 #include <string.h>
 #include "needle_tokenizer.h"
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 
 static char file_buf[1 << 20], text_buf[1 << 20], out_buf[1 << 20];
 static uint32_t id_buf[1 << 18];
@@ -279,8 +281,8 @@ def drivers(tmp_path_factory) -> dict:
         (d / "driver.c").write_text(DRIVER)
         exe = d / "driver"
         proc = subprocess.run(["gcc", *CFLAGS, "-Wno-unused-result", "-I", str(d), "-I",
-                               str(PROMPT_C.parent), "-o", str(exe), str(d / "driver.c"),
-                               str(d / "needle_tokenizer.c"), str(PROMPT_C), str(d / "cact.S")],
+                               str(FIRMWARE_DIR / sources.LIB_DIR), "-o", str(exe), str(d / "driver.c"),
+                               str(d / "needle_tokenizer.c"), *map(str, PROMPT_C), str(d / "cact.S")],
                               capture_output=True, text=True)
         assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
         out[name] = (exe, Tokenizer(archive.tokenizer))

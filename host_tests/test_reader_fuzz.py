@@ -24,7 +24,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,8 +39,9 @@ from generator.errors import CactError
 from generator.archive.format import HEADER_FIELDS, TAG_N2, TAG_N3
 
 ROOT = Path(__file__).resolve().parent.parent
-TIME_LIMIT = 2.0          # seconds per read
-HANG_ALARM = 10.0         # hard stop for a read that never returns
+HANG_ALARM = 10.0         # a read still running after this is a hang (or a blow-up): fail.
+                          # Reads take milliseconds; no tighter limit, since a shared
+                          # machine's timings prove nothing (docs/testing.md)
 MEMORY_LIMIT = 64 << 20   # bytes traced by tracemalloc during one read
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -70,10 +70,9 @@ def alarm(seconds: float):
 
 
 def checked_read(data: bytes, *, memory: bool = False, check_data: bool = True) -> str:
-    """Read `data`; return "ok" or "error"; fail on anything else, slowness or huge memory."""
+    """Read `data`; return "ok" or "error"; fail on anything else, a hang or huge memory."""
     if memory:
         tracemalloc.start()
-    start = time.perf_counter()
     try:
         with alarm(HANG_ALARM):
             try:
@@ -84,11 +83,9 @@ def checked_read(data: bytes, *, memory: bool = False, check_data: bool = True) 
                 assert msg and "\n" not in msg, repr(msg)
                 outcome = "error"
     finally:
-        elapsed = time.perf_counter() - start
         if memory:
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
-    assert elapsed < TIME_LIMIT, f"reader.read took {elapsed:.2f} s on a {len(data)}-byte input"
     if memory:
         assert peak < MEMORY_LIMIT, f"reader.read allocated {peak} bytes on a {len(data)}-byte input"
     return outcome

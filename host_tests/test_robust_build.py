@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from generator.build import boards
+from generator.build import boards, sources
 from generator.codegen import families
 from generator.errors import CactError
+from generator.paths import FIRMWARE_DIR
 from host_tests.scons_run import scons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,7 @@ def compile_header(gen: Path) -> None:
         unit = gen / f"unit.{ext}"
         unit.write_text('#include "needle_tools.h"\n')
         proc = subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
-                               f"-I{ROOT / 'firmware' / 'cli'}", "-c", str(unit), "-o", os.devnull],
+                               f"-I{FIRMWARE_DIR / sources.LIB_DIR}", "-c", str(unit), "-o", os.devnull],
                               capture_output=True, text=True)
         assert proc.returncode == 0, f"{compiler} {std}:\n{proc.stderr[-3000:]}"
 

@@ -1,7 +1,7 @@
 """Issue 41, items 7-11, and the call grammar against jsonschema on random tool lists.
 
 Every case runs in both twins: generator/tools/{schema,grammar}.py and the C compiler and
-matcher (firmware/cli/needle_tool_grammar.c, through host_tests/c/grammar_driver.c and
+matcher (firmware/lib/needle_tool_grammar.c, through host_tests/c/grammar_driver.c and
 fuzz/grammar_walk.c, built with AddressSanitizer and UBSan).
 
 * 7: an unanchored pattern with a non-ASCII literal dead-ended the turn: the shortest

@@ -1,4 +1,4 @@
-"""`needle --serve` (firmware/cli/serve.c, docs/serve.md): JSON-line requests on standard input
+"""`needle --serve` (firmware/cli/serve_*.c, docs/serve.md): JSON-line requests on standard input
 or a Unix socket, one session per connection whose KV cache carries over between requests.
 
 Every answer must be one line that json.loads reads; a malformed request is answered with an

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import math
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -205,19 +204,36 @@ def test_encode_rejects_non_text():
         tok.encode("a\ud800b")
 
 
-def test_encode_is_fast_enough(model):
+class _CountingVocab(dict):
+    """A vocabulary that counts its look-ups: the BPE's work, counted instead of timed."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        self.lookups += 1
+        return super().get(key, default)
+
+
+def _bpe_lookups(tok, text: str) -> int:
+    vocab = _CountingVocab(tok._plain_vocab())
+    tok._bpe(text, vocab)
+    return vocab.lookups
+
+
+def test_encode_work_grows_linearly(model):
+    """The BPE (a heap of candidate merges) looks up at most one pair per symbol at the start,
+    two per merge (at most one merge per symbol) and one per final symbol: under 4 look-ups
+    per character, whatever the text.  A BPE that rescans the segment after every merge does
+    about n look-ups per merge, n^2/2 on one long run: 16x the work for 4x the text, where this
+    one does 4x.  Counted, not timed (a shared machine's timings say nothing)."""
     _, _, _, _, tok = model
     prompt = "<|im_start|>system\ndate: 2025-03-14<|im_end|>\n" + PROMPT.replace(
         "what's", "what's " + "lorem ipsum dolor sit amet, naïve café 東京 🎉 " * 100)
-    assert len(prompt.encode("utf-8")) > 4000
-    start = time.perf_counter()
-    ids = tok.encode(prompt)
-    assert time.perf_counter() - start < 1.0
-    assert tok.decode(ids) == prompt
-    blob = "x" * 20000  # one long segment: the BPE must not be quadratic
-    start = time.perf_counter()
-    tok.encode(blob)
-    assert time.perf_counter() - start < 1.0
+    assert tok.decode(tok.encode(prompt)) == prompt
+    words = prompt.split("<|im_end|>")[-1]
+    assert _bpe_lookups(tok, words) < 4 * len(words)
+    short, long = _bpe_lookups(tok, "x" * 5000), _bpe_lookups(tok, "x" * 20000)  # one long segment
+    assert long < 4 * 20000 and long / short < 4.5
 
 
 def test_marker_matching_rules():

@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
+from generator.build import sources
+from generator.paths import FIRMWARE_DIR
 from generator.tools.prompt import render_prompt_ids
 from generator.errors import CactError
 from generator.model import reference
@@ -122,9 +124,8 @@ def driver(tmp_path_factory):
     exe = tmp_path_factory.mktemp("grammar") / "grammar_driver"
     subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    f"-I{ROOT / 'firmware' / 'cli'}", str(ROOT / "host_tests" / "c" / "grammar_driver.c"),
-                    str(ROOT / "firmware" / "cli" / "needle_tool_grammar.c"),
-                    str(ROOT / "firmware" / "cli" / "tool_prompt.c"), "-o", str(exe)], check=True)
+                    f"-I{FIRMWARE_DIR / sources.LIB_DIR}", str(ROOT / "host_tests" / "c" / "grammar_driver.c"),
+                    *(str(FIRMWARE_DIR / f) for f in sources.GRAMMAR_SOURCES), "-o", str(exe)], check=True)
     return exe
 
 

@@ -24,7 +24,7 @@
  *                                               manifest order; engines built with head_tokens=N)
  *   needle --serve [--socket PATH]              service: JSON-line requests on standard input (or
  *          [--tools FILE.json] [--max-new N]    the Unix socket PATH), one session each, the KV
- *          [--idle-timeout S]                   cache kept between requests (cli/serve.c,
+ *          [--idle-timeout S]                   cache kept between requests (cli/serve_*.c,
  *                                               docs/serve.md; Linux boards only); a socket
  *                                               client idle for S seconds is dropped
  *   needle --info                               geometry, memory and provenance
@@ -61,7 +61,7 @@
 #include "hal.h"
 #include "needle_model.h"
 #include "needle_tokenizer.h"
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 #include "needle_session.h"
 #include "needle_tool_call.h"
 #ifdef NEEDLE_TOOLS_BUILTIN

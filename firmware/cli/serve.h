@@ -1,4 +1,4 @@
-/* serve.h -- the service mode (`needle --serve`, cli/serve.c, Linux boards only) and the
+/* serve.h -- the service mode (`needle --serve`, cli/serve_*.c, Linux boards only) and the
  * generation core it shares with the command line (cli/main.c, every board).
  *
  * The service answers JSON-line requests on standard input or a Unix socket and keeps a
@@ -15,7 +15,7 @@
 #include "needle_session.h"   /* the generation core both front ends share */
 #include "needle_tokenizer.h"
 
-/* ---- the service (cli/serve.c) --------------------------------------------------------- */
+/* ---- the service (cli/serve_transport.c, serve_requests.c, serve_sessions.c) -------------- */
 
 /* Longest request line, in bytes (the newline excluded): a tools array as large as a
  * --tools file plus a prompt as long as the tokenizer takes.  Longer lines are discarded up

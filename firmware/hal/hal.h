@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The program: argv[0] is the program name. Returns the exit status.  needle_cli is the
  * CLI (cli/main.c); main (cli/entry.c for the CLI, or a library user's own application) is
  * what the platform calls: the C runtime on Linux, hal_main() on bare metal, after the
@@ -82,5 +86,9 @@ void needle_image_confirm(void);
  * hal_main ends through it when it is linked, so the C library's exit() flushes stdio and
  * runs atexit handlers.  The needle firmware does not link it (a null weak reference). */
 void hal_libc_exit(int code) __attribute__((weak, noreturn));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -39,6 +39,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from generator.build import sources
 from generator.codegen import families as kernel_families
 from generator.errors import CactError
 from generator.paths import BOARDS_DIR, CHECKOUT, ROOT
@@ -581,19 +582,17 @@ def runtime_sources(board: dict) -> list[str]:
     """Run-time support linked into the engine itself (paths under firmware/): on a
     soft-float board the f32 add, subtract and multiply that replace the compiler runtime's
     (firmware/softfloat/softfloat.c, README "The portable family on cores without SIMD")."""
-    return ["softfloat/softfloat.c"] if soft_float(board) else []
+    return list(sources.SOFTFLOAT_SOURCES) if soft_float(board) else []
 
 
 def hal_sources(board: dict) -> list[str]:
     """The HAL behind hal.h for a bare-metal board (paths under firmware/): a UART console is
     the shared console logic plus the driver of the board's UART kind."""
-    extra = [f"hal/sha256/sha256_{board['sha256']}.c"] if "sha256" in board else []
+    extra = sources.sha256_sources(board["sha256"]) if "sha256" in board else []
     if "flash_driver" in board.get("slots", {}):     # MCUboot's image_ok (baremetal/mcuboot.c)
-        extra.append(f"hal/flash/flash_{board['slots']['flash_driver']}.c")
-    if board["console"] == "uart":
-        return ["hal/uart/hal_uart.c", f"hal/uart/uart_{board['uart'].get('kind', UART_KINDS[0])}.c",
-                "hal/cmdline.c"] + extra
-    return [f"hal/{board['console']}/hal_{board['console']}.c", "hal/cmdline.c"] + extra
+        extra += sources.flash_sources(board["slots"]["flash_driver"])
+    kind = board["uart"].get("kind", UART_KINDS[0]) if board["console"] == "uart" else None
+    return sources.console_sources(board["console"], kind) + extra
 
 
 def hal_defines(board: dict) -> list[str]:

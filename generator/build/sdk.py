@@ -27,27 +27,23 @@ import os
 import shlex
 import sys
 
-from generator.build import boards, flags
+from generator.build import boards, flags, sources
 from generator.codegen import render
 
 SDK_DIR = "sdk"
 
-# installed header name -> where it comes from ("gen/" the generated engine, else firmware/)
+# installed header name -> where it comes from ("gen/" the generated engine, else firmware/):
+# the library's headers keep the names they have in the tree (generator/build/sources.py)
 HEADERS = {"needle_model.h": "gen/needle_model.h", "needle_tokenizer.h": "gen/needle_tokenizer.h",
-           "needle_tool_prompt.h": "cli/tool_prompt.h", "needle_tool_grammar.h": "cli/needle_tool_grammar.h",
-           "needle_tool_call.h": "cli/needle_tool_call.h", "needle_bindings.h": "cli/needle_bindings.h",
-           "needle_retrieval.h": "cli/needle_retrieval.h", "needle_session.h": "cli/needle_session.h"}
+           **{os.path.basename(p): p for p in sources.PUBLIC_HEADERS}}
 # with a built-in tool list (scons tools=FILE): its typed bindings
 TOOLS_HEADERS = {"needle_tools.h": "gen/needle_tools.h"}
 BOARD_HEADERS = {"needle_hal.h": "hal/hal.h"}
-# hand-written sources that run for every token (the grammar's matcher, the constrained
-# turn): compiled for speed even where the rest of the glue is compiled for size
-PER_TOKEN_GLUE = ("cli/needle_tool_grammar.c", "cli/needle_tool_call.c")
-# what libneedle.a holds beyond the generated engine's own sources (paths under firmware/)
-LIBRARY_SOURCES = ["cli/tool_prompt.c", "cli/needle_tool_grammar.c", "cli/needle_tool_call.c",
-                   "cli/needle_bindings.c", "cli/needle_retrieval.c", "cli/needle_session.c"]
-# the command line's own sources (firmware/cli/main.c and what it calls on every board)
-CLI_SOURCES = ["cli/entry.c", "cli/main.c"] + LIBRARY_SOURCES
+# the source lists live in generator/build/sources.py; these names are what SConstruct reads
+PER_TOKEN_GLUE = sources.PER_TOKEN_GLUE
+LIBRARY_SOURCES = sources.LIBRARY_SOURCES
+# the command line's own sources (firmware/cli/main.c and the library it calls on every board)
+CLI_SOURCES = sources.CLI_SOURCES + sources.LIBRARY_SOURCES
 # templates/sdk/<name>.j2 -> path in the SDK
 METADATA = {"needle.h": "include/needle.h", "needle.pc": "lib/pkgconfig/needle.pc",
             "needle-config.cmake": "lib/cmake/needle/needle-config.cmake",
@@ -60,7 +56,7 @@ BOARD_ENTRY = "Reset_Handler"
 # newlib's system calls on the HAL (firmware/baremetal/syscalls.c): in libneedle_board.a only,
 # never in the needle firmware (whose engine is heap-free).  The C library is searched after
 # libneedle_board.a, so the link names one of them and the whole object comes in first.
-SYSCALL_SOURCES = ["baremetal/syscalls.c"]
+SYSCALL_SOURCES = sources.SYSCALL_SOURCES
 SYSCALL_ENTRY = "_write"
 SHA256_HOOK = "hal_sha256"
 FLASH_HOOK = "hal_flash_program"
@@ -76,8 +72,8 @@ def board_support_sources(board: dict) -> list[str]:
     # mcuboot.c confirms the image (needle_boot) and defines a weak hal_flash_program; it comes
     # after the HAL, whose flash driver defines the strong one: in libneedle_board.a the linker
     # takes the first member that defines a symbol it needs, so the driver's must come first
-    mcuboot = ["baremetal/mcuboot.c"] if "slots" in board else []
-    return ["baremetal/startup.c", "hal/format.c"] + boards.hal_sources(board) + mcuboot
+    mcuboot = sources.MCUBOOT_SOURCES if "slots" in board else []
+    return sources.BOARD_SUPPORT_SOURCES + boards.hal_sources(board) + mcuboot
 
 
 def archive_file(board: dict) -> str | None:

@@ -2,7 +2,7 @@
 
 From the compiled grammar of `scons tools=FILE` this plans what templates/needle_tools.[ch].j2
 emit: an enum of the tools, one argument struct per tool with C types, descriptor tables the
-hand-written parser (firmware/cli/needle_bindings.c) fills the structs from, and a table of
+hand-written parser (firmware/lib/needle_bindings.c) fills the structs from, and a table of
 handlers the application provides.  The grammar guarantees the shape of every call, so the
 parser is small and total: a call the grammar admits always parses.
 
@@ -69,8 +69,8 @@ KEYWORDS = frozenset("""
 # The hand-written and generated headers the bindings are compiled with: no generated name
 # may be one of their identifiers (needle_tool_call.h's NEEDLE_CALL_E_TOOLS, needle_tools.h's
 # NEEDLE_TOOLS_COUNT, a macro ...).
-HEADERS = ("firmware/cli/needle_bindings.h", "firmware/cli/needle_tool_call.h", "firmware/cli/needle_tool_grammar.h",
-           "firmware/cli/needle_session.h", "templates/needle_tokenizer.h.j2", "templates/needle_tools.h.j2",
+HEADERS = ("firmware/lib/needle_bindings.h", "firmware/lib/needle_tool_call.h", "firmware/lib/needle_tool_grammar.h",
+           "firmware/lib/needle_session.h", "templates/needle_tokenizer.h.j2", "templates/needle_tools.h.j2",
            "templates/needle_tools.c.j2")
 
 

@@ -1,5 +1,5 @@
 """Constrained decoding of one tool-calling turn, and its envelope (docs/grammar.md); Python
-twin of firmware/cli/needle_tool_call.c, token for token.
+twin of firmware/lib/needle_tool_call.c, token for token.
 
 The answer runs through four phases: **free** (the optional think block, unconstrained but
 for the tokens that would end or break the turn), **call** (after ``<tool_call>``: only

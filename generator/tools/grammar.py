@@ -1,5 +1,5 @@
 """The call grammar as a byte-level pushdown matcher (docs/grammar.md); Python twin of
-firmware/cli/needle_tool_grammar.c, state for state.
+firmware/lib/needle_tool_grammar.c, state for state.
 
 A state is a tuple of frames, one per open JSON value, bottom first; ``feed(g, state, b)``
 returns the state after byte ``b``, or None when no valid call list starts with the bytes

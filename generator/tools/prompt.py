@@ -16,7 +16,7 @@ where this deliberately differs from ``json.loads``/``json.dumps``, is in docs/p
 text, and ``render_prompt_ids`` its token ids, optionally with chat markers in the caller's
 text encoded as plain text (``--plain-markers``; docs/prompt.md).
 
-This module is the twin of the hand-written ``firmware/cli/tool_prompt.c``: the same
+This module is the twin of the hand-written ``firmware/lib/needle_tool_prompt.c``: the same
 input gives the same bytes, and the same error message ("tools JSON: line L, column C:
 ..." with the column counted in characters).
 """
@@ -344,7 +344,7 @@ def system_facts(system: str | None, date: str | None) -> str | None:
     Needle 3 wrapper's behaviour as an option): ``date`` None leaves ``system`` as it is; a
     stripped system text that already holds a date fact (it starts with ``date:`` or has
     ``; date:``) is kept; otherwise ``date: DATE``, then ``; `` and the stripped system text.
-    Twin of firmware/cli/tool_prompt.c needle_system_facts."""
+    Twin of firmware/lib/needle_tool_prompt.c needle_system_facts."""
     if date is None:
         return system
     text = (system or "").strip()

@@ -1,5 +1,5 @@
 """Tool retrieval with the embedding head (docs/grammar.md, "Retrieval"); Python twin of
-firmware/cli/needle_retrieval.c, bit for bit.
+firmware/lib/needle_retrieval.c, bit for bit.
 
 With more than ``TOP`` tools the official engine renders only the five best for the query:
 every tool and the query are embedded by the probe head of code 1 (Needle 2 "contrastive",

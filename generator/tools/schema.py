@@ -5,7 +5,7 @@ renders it (generator/tools/prompt.py minifies it first), and returns a :class:`
 a flat table of nodes, one per schema, that :mod:`generator.tools.grammar` walks byte by
 byte.  Every literal the grammar matches (tool names, property keys, enum and const values)
 is the byte text of the *minified* tool list, so the model has to write the canonical
-compact JSON it was trained on, and the C twin (firmware/cli/needle_tool_grammar.c) gets the same
+compact JSON it was trained on, and the C twin (firmware/lib/needle_tool_grammar.c) gets the same
 bytes without re-serialising anything.
 
 Twin of ``needle_grammar_compile``: the same tool list gives the same tables and the same

@@ -1,4 +1,4 @@
-/* grammar_driver: the C call grammar (firmware/cli/needle_tool_grammar.c) on byte strings,
+/* grammar_driver: the C call grammar (firmware/lib/needle_tool_grammar.c) on byte strings,
  * for host_tests/test_tool_call.py, which runs the Python twin on the same input.
  *
  *   grammar_driver TOOLS.json FORCE [QUERY.txt SPAN_ALL] < cases

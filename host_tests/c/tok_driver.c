@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "needle_tokenizer.h"
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 
 #define BUF_BYTES (4u << 20)
 

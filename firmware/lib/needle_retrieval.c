@@ -6,7 +6,7 @@
 
 #include "needle_model.h"
 #include "needle_tokenizer.h"
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list (and its embeddings) */
 #endif

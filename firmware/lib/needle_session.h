@@ -1,6 +1,6 @@
 /* needle_session.h -- the engine's text-level C API: stream a completion, make a tool call,
  * answer it with the calls' results (docs/api.md).  Part of the library (scons lib=1, needle.h);
- * the command line (main.c) and the service (serve.c) are built on it.
+ * the command line (main.c) and the service (cli/serve_*.c) are built on it.
  *
  * One session per engine, in static memory: needle_call() starts a conversation (the engine
  * is reset), needle_reply() continues it with the KV cache kept, needle_reset() (needle_model.h)
@@ -15,6 +15,10 @@
 
 #include "needle_tokenizer.h"
 #include "needle_tool_call.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* ---- streaming text --------------------------------------------------------------------- */
 
@@ -126,5 +130,9 @@ int needle_date_now(char *out, size_t cap);
 int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query,
                        const char *system, int plain_markers, char *out, size_t cap,
                        needle_tok_span *plain, size_t *n_plain, char *err, size_t errcap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_SESSION_H */

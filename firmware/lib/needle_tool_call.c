@@ -1,5 +1,6 @@
-/* needle_tool_call.c -- one constrained tool-calling turn and its envelope; see needle_tool_call.h and
- * docs/grammar.md.  Twin of generator/tools/decode.py. */
+/* needle_tool_call.c -- one constrained tool-calling turn and the judge of its envelope (the
+ * envelope as JSON: needle_envelope.c); see needle_tool_call.h and docs/grammar.md.  Twin of
+ * generator/tools/decode.py. */
 #if defined(__linux__)
 #define _POSIX_C_SOURCE 199309L   /* clock_gettime */
 #endif
@@ -9,6 +10,7 @@
 
 #include "needle_model.h"
 #include "needle_tokenizer.h"
+#include "needle_tool_call_internal.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list and its tables in flash */
 #endif
@@ -45,10 +47,8 @@ typedef struct {
 
 static int32_t marker(const char *s) { return needle_tok_piece_id(s, strlen(s)); }
 
-/* The bytes a piece writes into a call, into out[0..NEEDLE_TOK_MAX_PIECE_BYTES]: a NORMAL
- * piece's text with U+2581 as a space, a BYTE piece's byte; 0 for the others (markers,
- * control pieces), which never go into a call. */
-static size_t piece_bytes(uint32_t id, uint8_t *out)
+/* The bytes a piece writes into a call (needle_tool_call_internal.h). */
+size_t needle_piece_bytes(uint32_t id, uint8_t *out)
 {
     size_t len, n = 0;
     int type = needle_tok_piece_type(id);
@@ -72,7 +72,7 @@ static size_t piece_bytes(uint32_t id, uint8_t *out)
 static int feed_piece(const needle_grammar *g, needle_gstate *s, uint32_t id, uint32_t *len)
 {
     uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
-    size_t n = piece_bytes(id, b);
+    size_t n = needle_piece_bytes(id, b);
     *len = (uint32_t)n;
     if (n == 0) return -1;
     for (size_t i = 0; i < n; i++)
@@ -205,6 +205,13 @@ static void tb_units(text_buf *t, int64_t v, uint64_t scale)
     tb_put(t, d, (size_t)n);
 }
 
+void needle_units_text(char *out, size_t cap, int64_t v, uint64_t scale)
+{
+    text_buf t = { out, cap, 0, 0, 0 };
+    tb_units(&t, v, scale);
+    tb_end(&t);
+}
+
 #define BOUND 999999999999999999LL   /* needle_tool_grammar.c BIG: a missing bound */
 
 /* What a value's schema allows, in words (generator/tools/grammar.py describe()). */
@@ -296,7 +303,7 @@ static void allowed_text(const needle_grammar *g, const needle_gstate *st, char 
 static void note_override(const call_decoder *d, uint32_t want, uint32_t made, needle_envelope *env)
 {
     uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
-    if (piece_bytes(want, b)) {
+    if (needle_piece_bytes(want, b)) {
         scratch.depth = d->st.depth;
         memcpy(scratch.f, d->st.f, d->st.depth * sizeof d->st.f[0]);
         if (needle_grammar_feed(d->g, &scratch, b[0]) == 0) return;
@@ -457,7 +464,7 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
             have_conf = 1;
             if ((int32_t)id != d.call_close) {   /* the call list as written */
                 uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
-                size_t k = piece_bytes(id, b);
+                size_t k = needle_piece_bytes(id, b);
                 for (size_t i = 0; i < k; i++) env->calls[env->calls_len++] = (char)b[i];   /* fits: allowed() */
             }
         }
@@ -508,12 +515,6 @@ int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_
 
 static void tb_sink(void *user, const char *s, size_t n) { tb_put(user, s, n); }
 
-typedef struct {
-    void (*put)(void *user, const char *s, size_t n);
-    void *user;
-} out_t;
-static void put_prob(const out_t *o, float x);
-static void put_json_string(const out_t *o, const char *text, size_t n);
 
 int needle_parse_overrides(const char *text, size_t len, int *mode)
 {
@@ -558,7 +559,7 @@ void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, in
         tb_str(&t, "the grammar overrode the model's \"");
         if (needle_tok_piece_type(v->wanted) == NEEDLE_TOK_NORMAL) {
             uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
-            tb_put(&t, (const char *)b, piece_bytes(v->wanted, b));
+            tb_put(&t, (const char *)b, needle_piece_bytes(v->wanted, b));
         } else tb_put(&t, (const char *)p, len);
         if (v->place == NEEDLE_AT_VALUE) {
             tb_str(&t, "\" in \"");
@@ -581,14 +582,13 @@ void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, in
     } else if (env->is_call && (double)env->confidence * 1e6 < (double)min_confidence_ppm) {
         env->error_code = NEEDLE_E_LOW_CONFIDENCE;
         tb_str(&t, "the call's confidence ");
-        put_prob(&o, env->confidence);
+        needle_put_prob(&o, env->confidence);
         tb_str(&t, " is below the minimum ");
         tb_units(&t, (int64_t)min_confidence_ppm, 1000000u);
         tb_str(&t, ": the call was withheld; confirm it with the user, or lower the minimum confidence");
     }
     tb_end(&t);
     if (env->error_code) env->error = env->why;
-    (void)put_json_string;
 }
 
 /* ---- the next turn: the caller's results ---------------------------------------------- */
@@ -618,214 +618,4 @@ int32_t needle_call_reply_ids(const char *results, uint32_t *ids, uint32_t cap, 
         k--;
     }
     return k;
-}
-
-/* ---- the envelope as JSON ---------------------------------------------------------- */
-
-static void puts_(const out_t *o, const char *s) { o->put(o->user, s, strlen(s)); }
-
-static void put_u(const out_t *o, uint64_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    do { tmp[sizeof tmp - 1 - n++] = (char)('0' + v % 10u); v /= 10u; } while (v);
-    o->put(o->user, tmp + sizeof tmp - n, n);
-}
-
-/* A float in [0, 1] with 9 decimals, exactly rounded (half to even): Python's f"{x:.9f}". */
-static void put_prob(const out_t *o, float x)
-{
-    uint32_t bits;
-    memcpy(&bits, &x, 4);
-    uint32_t e = bits >> 23 & 0xFFu, m = bits & 0x7FFFFFu;
-    if (e) m |= 0x800000u; else e = 1;
-    int shift = 150 - (int)e;                 /* x = m / 2^shift */
-    uint64_t num = (uint64_t)m * 1000000000u, q, r = 0, half;
-    if (shift <= 0) q = num << -shift;
-    else if (shift >= 64) { q = 0; r = num ? 1 : 0; }
-    else { q = num >> shift; r = num & ((1ull << shift) - 1u); }
-    if (shift > 0 && shift < 64) {
-        half = 1ull << (shift - 1);
-        if (r > half || (r == half && (q & 1u))) q++;
-    }
-    put_u(o, q / 1000000000u);
-    char frac[10];
-    uint64_t f = q % 1000000000u;
-    for (int i = 8; i >= 0; i--) { frac[i] = (char)('0' + f % 10u); f /= 10u; }
-    frac[9] = 0;
-    puts_(o, ".");
-    puts_(o, frac);
-}
-
-/* A head's raw output: put_prob's exact 9 decimals with a sign; null beyond +-1e9 (or NaN). */
-static void put_signed(const out_t *o, float x)
-{
-    if (!(x > -1e9f && x < 1e9f)) { puts_(o, "null"); return; }
-    uint32_t bits;
-    memcpy(&bits, &x, 4);
-    if (bits >> 31) puts_(o, "-");
-    bits &= 0x7FFFFFFFu;
-    memcpy(&x, &bits, 4);
-    put_prob(o, x);
-}
-
-static void put_rate(const out_t *o, double tokens, double s)
-{
-    if (s <= 0.0) { puts_(o, "null"); return; }
-    uint64_t v = (uint64_t)(tokens / s * 10.0 + 0.5);
-    put_u(o, v / 10u);
-    char d[3] = { '.', (char)('0' + v % 10u), 0 };
-    puts_(o, d);
-}
-
-/* text[0..n) escaped for the inside of a JSON string (canonical escapes). */
-static void put_json_string(const out_t *o, const char *text, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = (uint8_t)text[i];
-        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
-                        : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-        if (esc) puts_(o, esc);
-        else if (c < 0x20u) {
-            char u[7] = { '\\', 'u', '0', '0', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15], 0 };
-            puts_(o, u);
-        } else o->put(o->user, (const char *)&c, 1);
-    }
-}
-
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-/* The text of ids[0..n) as a JSON string, decoded piece by piece (no buffer for the whole
- * text); strip: without leading and trailing ASCII whitespace (the reasoning). */
-static void put_decoded(const out_t *o, const uint32_t *ids, uint32_t n, int strip)
-{
-    static needle_tok_stream ts;
-    static char chunk[NEEDLE_TOK_STREAM_OUT_MAX];
-    char held[64];                 /* whitespace not yet known to be trailing */
-    size_t nheld = 0, len;
-    int started = 0;
-    puts_(o, "\"");
-    needle_tok_stream_init(&ts);
-    for (uint32_t i = 0; i <= n; i++) {
-        len = i < n ? needle_tok_stream_push(&ts, ids[i], chunk) : needle_tok_stream_finish(&ts, chunk);
-        for (size_t k = 0; k < len; k++) {
-            if (strip && is_ws(chunk[k])) {
-                if (!started) continue;
-                if (nheld == sizeof held) { put_json_string(o, held, nheld); nheld = 0; }
-                held[nheld++] = chunk[k];
-                continue;
-            }
-            started = 1;
-            if (nheld) { put_json_string(o, held, nheld); nheld = 0; }
-            put_json_string(o, chunk + k, 1);
-        }
-    }
-    puts_(o, "\"");
-}
-
-void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
-                           void (*put)(void *user, const char *s, size_t n), void *user)
-{
-    const out_t o = { put, user };
-    const uint32_t n = env->prompt_tokens;
-    puts_(&o, env->is_call ? "{\"type\":\"call\"" : "{\"type\":\"respond\"");
-    if (!env->error_code) {
-        puts_(&o, ",\"success\":true,\"error\":null,\"error_code\":0,\"function_calls\":");
-    } else {   /* set by the caller (the service: a call the budget cut short) */
-        puts_(&o, ",\"success\":false,\"error\":\"");
-        put_json_string(&o, env->error, strlen(env->error));
-        puts_(&o, "\",\"error_code\":");
-        put_u(&o, env->error_code);
-        puts_(&o, ",\"function_calls\":");
-    }
-    o.put(o.user, env->calls, env->calls_len);
-    puts_(&o, ",\"reasoning\":");
-    put_decoded(&o, ids + env->reasoning_from, env->reasoning_to - env->reasoning_from, 1);
-    puts_(&o, ",\"confidence\":");
-    put_prob(&o, env->confidence);
-    puts_(&o, env->head_confidence >= 0.0f ? ",\"confidence_source\":\"head+decoding\",\"confidence_head\":"
-                                           : ",\"confidence_source\":\"decoding\",\"confidence_head\":null");
-    if (env->head_confidence >= 0.0f) put_prob(&o, env->head_confidence);
-    puts_(&o, ",\"router\":");
-    if (!env->has_router) puts_(&o, "null");
-    for (int i = 0; env->has_router && i < 3; i++) {
-        puts_(&o, i ? "," : "[");
-        put_signed(&o, env->router[i]);
-    }
-    if (env->has_router) puts_(&o, "]");
-    puts_(&o, ",\"overrides\":");
-    put_u(&o, env->overrides);
-    puts_(&o, ",\"override\":");
-    if (!env->overrides) puts_(&o, "null");
-    else {
-        static const char *const places[] = { "list", "name", "key", "value" };
-        const needle_override *v = &env->override;
-        size_t len;
-        const uint8_t *p = needle_tok_piece(v->wanted, &len);
-        uint8_t b[NEEDLE_TOK_MAX_PIECE_BYTES + 1];
-        puts_(&o, "{\"token\":");
-        put_u(&o, v->token);
-        puts_(&o, ",\"offset\":");
-        put_u(&o, v->offset);
-        puts_(&o, ",\"place\":\"");
-        puts_(&o, places[v->place]);
-        puts_(&o, v->tool ? "\",\"tool\":\"" : "\",\"tool\":null");
-        if (v->tool) { put_json_string(&o, v->tool, v->tool_len); puts_(&o, "\""); }
-        puts_(&o, v->arg ? ",\"argument\":\"" : ",\"argument\":null");
-        if (v->arg) { put_json_string(&o, v->arg, v->arg_len); puts_(&o, "\""); }
-        puts_(&o, ",\"wanted\":\"");
-        if (needle_tok_piece_type(v->wanted) == NEEDLE_TOK_NORMAL) put_json_string(&o, (const char *)b, piece_bytes(v->wanted, b));
-        else put_json_string(&o, (const char *)p, len);
-        puts_(&o, "\",\"allowed\":\"");
-        put_json_string(&o, v->allowed, strlen(v->allowed));
-        puts_(&o, v->place == NEEDLE_AT_VALUE ? "\",\"schema\":\"" : "\",\"schema\":null}");
-        if (v->place == NEEDLE_AT_VALUE) { put_json_string(&o, v->schema, strlen(v->schema)); puts_(&o, "\"}"); }
-    }
-    puts_(&o, ",\"min_confidence\":");
-    {
-        char num[24];
-        text_buf t = { num, sizeof num, 0, 0, 0 };
-        tb_units(&t, (int64_t)env->min_confidence_ppm, 1000000u);
-        tb_end(&t);
-        puts_(&o, num);
-    }
-    puts_(&o, ",\"prefill_tps\":");
-    put_rate(&o, (double)(n - env->prefix_tokens), env->prefill_s);   /* the tokens fed */
-    puts_(&o, ",\"decode_tps\":");
-    put_rate(&o, (double)env->generated_tokens, env->decode_s);
-    puts_(&o, ",\"peak_ram_mb\":");
-    {
-        uint64_t bytes = (uint64_t)needle_state_bytes() + env->grammar_ram + sizeof(needle_gstate) * 2u;
-        uint64_t milli = (bytes * 1000u + 524288u) / 1048576u;
-        put_u(&o, milli / 1000u);
-        char d[5] = { '.', (char)('0' + milli / 100u % 10u), (char)('0' + milli / 10u % 10u), (char)('0' + milli % 10u), 0 };
-        puts_(&o, d);
-    }
-    puts_(&o, ",\"text\":");
-    put_decoded(&o, ids + n, env->generated_tokens, 0);
-    puts_(&o, ",\"prompt_tokens\":");
-    put_u(&o, n);
-    puts_(&o, ",\"prefix_tokens\":");
-    put_u(&o, env->prefix_tokens);
-    puts_(&o, ",\"retrieved\":");
-    if (!env->retrieved_count) puts_(&o, "null");
-    for (uint32_t i = 0; i < env->retrieved_count; i++) {
-        puts_(&o, i ? "," : "[");
-        put_u(&o, env->retrieved[i]);
-    }
-    if (env->retrieved_count) puts_(&o, "]");
-    puts_(&o, ",\"retrieval_tokens\":");
-    if (env->retrieved_count) put_u(&o, env->retrieval_tokens);
-    else puts_(&o, "null");
-    puts_(&o, ",\"generated_tokens\":");
-    put_u(&o, env->generated_tokens);
-    puts_(&o, ",\"grammar_checks\":");
-    put_u(&o, env->grammar_checks);
-    puts_(&o, ",\"grammar_ms\":");
-    if (env->decode_s < 0) puts_(&o, "null");
-    else put_rate(&o, env->grammar_s * 1000.0, 1.0);
-    puts_(&o, ",\"decode_ms\":");
-    if (env->decode_s < 0) puts_(&o, "null");
-    else put_rate(&o, env->decode_s * 1000.0, 1.0);
-    puts_(&o, "}");
 }

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "needle_json_scan.h"
+
 typedef struct {
     const char *p, *end;
 } cursor;
@@ -17,54 +19,29 @@ static int eat(cursor *c, const char *lit)
     return 1;
 }
 
-/* The end of the JSON value at c->p (strings, numbers, literals, nested brackets). */
+/* The end of the JSON value at p, or NULL when it runs past end. */
 static const char *value_end(const char *p, const char *end)
 {
-    int depth = 0;
-    do {
-        if (p >= end) return NULL;
-        if (*p == '"') {
-            for (p++; p < end && *p != '"'; p += *p == '\\' ? 2 : 1) {}
-            if (p >= end) return NULL;
-            p++;
-        } else if (*p == '{' || *p == '[') { depth++; p++; }
-        else if (*p == '}' || *p == ']') { depth--; p++; }
-        else if (depth == 0) {
-            while (p < end && *p != ',' && *p != '}' && *p != ']') p++;
-        } else p++;
-    } while (depth > 0);
-    return p;
+    if (p >= end) return NULL;
+    size_t e = needle_json_value_end(p, (size_t)(end - p), 0);
+    return e == (size_t)-1 ? NULL : p + e;
 }
-
-static int hexval(char h) { return h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10; }
 
 /* A JSON string into out[0..cap) (NUL-terminated, cut at a character boundary). */
 static int read_string(cursor *c, char *out, uint16_t cap, bool *cut)
 {
-    size_t n = 0;
+    size_t n = 0, pos = 0, len;
     int full = 0;
+    uint32_t cp;
     if (!eat(c, "\"")) return -1;
-    while (c->p < c->end && *c->p != '"') {
-        char ch[4];
-        size_t k = 1;
-        if (*c->p == '\\') {
-            char e = c->p[1];
-            if (e == 'u') {
-                ch[0] = (char)(hexval(c->p[4]) << 4 | hexval(c->p[5]));
-                c->p += 6;
-            } else {
-                ch[0] = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
-                c->p += 2;
-            }
-        } else {
-            unsigned char b = (unsigned char)*c->p;
-            k = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-            memcpy(ch, c->p, k);
-            c->p += k;
-        }
+    len = (size_t)(c->end - c->p);
+    while (needle_json_char(c->p, len, &pos, &cp) == NEEDLE_JSON_CHAR) {
+        uint8_t ch[4];
+        size_t k = needle_utf8_encode(cp, ch);
         if (!full && n + k < cap) { memcpy(out + n, ch, k); n += k; }
         else full = 1;
     }
+    c->p += pos;
     if (!eat(c, "\"")) return -1;
     out[n] = 0;
     if (cut) *cut = full;

@@ -17,6 +17,10 @@
 
 #include "needle_model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* This engine has the embedding head (scons head_tokens=N on an archive with head code 1). */
 #if defined(NEEDLE_HEAD_CONTRASTIVE) || defined(NEEDLE_HEAD_EMBEDDING)
 #define NEEDLE_CAN_RETRIEVE 1
@@ -46,5 +50,9 @@ typedef struct {
  * head_tokens=N, or an archive without the head) renders every tool: n_chosen stays 0. */
 const char *needle_retrieve(const char *tools_json, size_t len, const char *query, char *out, size_t cap,
                             size_t *out_len, needle_retrieval *r, char *err, size_t errcap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_RETRIEVAL_H */

@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Table bounds (the RAM of a compiled grammar; docs/grammar.md lists the cost). A board
  * may override them with -D (boards/<name>.toml, [grammar]). */
 #ifndef NEEDLE_GRAMMAR_TEXT_MAX
@@ -128,7 +132,7 @@ typedef struct {
 } needle_gstate;
 
 /* Compile a tool list (JSON text, validated and minified here with the prompt's rules,
- * tool_prompt.h) into *g.  force_call: the list must hold at least one call.  Returns 0, or
+ * needle_tool_prompt.h) into *g.  force_call: the list must hold at least one call.  Returns 0, or
  * -1 with a one-line message in err[0..errcap) naming the tool, the property and the
  * keyword (*g unchanged).  The tables go into the library's one static store (bounded by
  * NEEDLE_GRAMMAR_*, about 56 KiB at the defaults): compiling again replaces them, so
@@ -172,5 +176,9 @@ int needle_grammar_where(const needle_gstate *s, int32_t *tool, int32_t *prop);
 
 /* Bytes of a shortest call list (the empty one, or with force_call the shortest call). */
 uint32_t needle_grammar_list_min(const needle_grammar *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_TOOL_GRAMMAR_H */

@@ -18,6 +18,10 @@
 
 #include "needle_tool_grammar.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* NEEDLE_CALL_MAX_JSON, the bytes of the call list an envelope keeps: needle_tool_grammar.h
  * (the compiler refuses a tool whose shortest call cannot fit it) */
 
@@ -91,8 +95,7 @@ enum { NEEDLE_OVERRIDES_REFUSE = 0, NEEDLE_OVERRIDES_COMPLETE = 1 };
  * (respond) is only judged for the cut.  Twin of generator/tools/decode.py judge(). */
 void needle_envelope_judge(needle_envelope *env, uint32_t min_confidence_ppm, int overrides);
 
-/* (needle_parse_confidence, the text of a minimum confidence: tool_prompt.h, the SDK's
- * needle_tool_prompt.h) */
+/* (needle_parse_confidence, the text of a minimum confidence: needle_tool_prompt.h) */
 /* "--overrides NAME": "refuse" or "complete" into *mode; 0, or -1 for another name. */
 int needle_parse_overrides(const char *text, size_t len, int *mode);
 
@@ -134,5 +137,9 @@ int32_t needle_call_reply_ids(const char *results, uint32_t *ids, uint32_t cap, 
  * answer, as needle_call_turn left them. */
 void needle_envelope_write(const needle_envelope *env, const uint32_t *ids,
                            void (*put)(void *user, const char *s, size_t n), void *user);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_TOOL_CALL_H */

@@ -1,11 +1,12 @@
-/* tool_prompt.c -- render the Needle tool-calling prompt; see tool_prompt.h and docs/prompt.md.
+/* needle_tool_prompt.c -- render the Needle tool-calling prompt; see needle_tool_prompt.h and docs/prompt.md.
  *
  * The tools JSON is validated and minified in one pass by an iterative parser (explicit
  * stack of NEEDLE_PROMPT_MAX_DEPTH levels; no recursion, no heap).  Output goes straight
  * into the caller's buffer; duplicate keys are found by re-scanning the object's already
  * minified output.  generator/tools/prompt.py mirrors this file rule for rule.
  */
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
+#include "needle_json_scan.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -82,71 +83,17 @@ static void pr_err_hex4(pr_err *e, unsigned v)
 
 /* ------------------------------------------------------------------ UTF-8 */
 
-/* Length of the valid UTF-8 sequence at s[0..n) (strict: no overlongs, surrogates or
- * values above U+10FFFF), or 0 if it is not one. */
-static size_t pr_utf8_len(const uint8_t *s, size_t n, uint32_t *cp)
-{
-    uint8_t c = s[0], lo = 0x80u, hi = 0xBFu;
-    size_t need, k;
-    uint32_t v;
-    if (c < 0x80u) {
-        *cp = c;
-        return 1;
-    }
-    if (c >= 0xC2u && c <= 0xDFu) {
-        need = 1; v = c & 0x1Fu;
-    } else if (c >= 0xE0u && c <= 0xEFu) {
-        need = 2; v = c & 0x0Fu;
-        if (c == 0xE0u) lo = 0xA0u;
-        if (c == 0xEDu) hi = 0x9Fu;
-    } else if (c >= 0xF0u && c <= 0xF4u) {
-        need = 3; v = c & 0x07u;
-        if (c == 0xF0u) lo = 0x90u;
-        if (c == 0xF4u) hi = 0x8Fu;
-    } else {
-        return 0;
-    }
-    if (n - 1u < need) return 0;
-    for (k = 1; k <= need; k++) {
-        if (s[k] < lo || s[k] > hi) return 0;
-        v = (v << 6) | (s[k] & 0x3Fu);
-        lo = 0x80u;
-        hi = 0xBFu;
-    }
-    *cp = v;
-    return need + 1u;
-}
-
 /* Offset of the first invalid byte of s[0..n), or n if it is all valid UTF-8. */
 static size_t pr_utf8_check(const uint8_t *s, size_t n)
 {
     size_t i = 0;
     uint32_t cp;
     while (i < n) {
-        size_t k = pr_utf8_len(s + i, n - i, &cp);
+        size_t k = needle_utf8_decode(s + i, n - i, &cp);
         if (k == 0) return i;
         i += k;
     }
     return n;
-}
-
-static void pr_put_utf8(pr_out *o, uint32_t cp)
-{
-    uint8_t b[4];
-    size_t n;
-    if (cp < 0x80u) {
-        b[0] = (uint8_t)cp; n = 1;
-    } else if (cp < 0x800u) {
-        b[0] = (uint8_t)(0xC0u | (cp >> 6)); b[1] = (uint8_t)(0x80u | (cp & 0x3Fu)); n = 2;
-    } else if (cp < 0x10000u) {
-        b[0] = (uint8_t)(0xE0u | (cp >> 12)); b[1] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu));
-        b[2] = (uint8_t)(0x80u | (cp & 0x3Fu)); n = 3;
-    } else {
-        b[0] = (uint8_t)(0xF0u | (cp >> 18)); b[1] = (uint8_t)(0x80u | ((cp >> 12) & 0x3Fu));
-        b[2] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu)); b[3] = (uint8_t)(0x80u | (cp & 0x3Fu));
-        n = 4;
-    }
-    pr_put(o, b, n);
 }
 
 /* One character of a string value as json.dumps(ensure_ascii=False) writes it; a lone
@@ -175,7 +122,8 @@ static void pr_put_char(pr_out *o, uint32_t cp)
         pr_put(o, esc, 6);
         return;
     }
-    pr_put_utf8(o, cp);
+    uint8_t b[4];
+    pr_put(o, b, needle_utf8_encode(cp, b));
 }
 
 /* Python's str.isspace() */
@@ -225,99 +173,36 @@ static int pr_fail(pr_json *j, size_t at, const char *msg, const char *detail)
     return NEEDLE_PROMPT_E_JSON;
 }
 
-static void pr_skip_ws(pr_json *j)
-{
-    while (j->pos < j->len) {
-        uint8_t c = j->s[j->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        j->pos++;
-    }
-}
-
-static int pr_hex4(const uint8_t *s, size_t n, uint32_t *v)
-{
-    size_t i;
-    uint32_t r = 0;
-    if (n < 4u) return 0;
-    for (i = 0; i < 4u; i++) {
-        uint8_t c = s[i];
-        r <<= 4;
-        if (c >= '0' && c <= '9') r |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') r |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') r |= (uint32_t)(c - 'A' + 10);
-        else return 0;
-    }
-    *v = r;
-    return 1;
-}
-
 /* The string starting at the '"' at j->pos; written minified.  Returns 0 or E_JSON. */
 static int pr_string(pr_json *j)
 {
-    const uint8_t *s = j->s;
     size_t open = j->pos;
     j->pos++;
     pr_put_byte(j->o, '"');
     for (;;) {
-        uint8_t c;
-        if (j->pos >= j->len) return pr_fail(j, open, "unterminated string", NULL);
-        c = s[j->pos];
-        if (c == '"') {
+        uint32_t cp;
+        size_t at = j->pos;
+        switch (needle_json_char((const char *)j->s, j->len, &j->pos, &cp)) {
+        case NEEDLE_JSON_CHAR:
+            pr_put_char(j->o, cp);
+            continue;
+        case NEEDLE_JSON_CLOSE:
             j->pos++;
             pr_put_byte(j->o, '"');
             return 0;
-        }
-        if (c < 0x20u) {
+        case NEEDLE_JSON_E_CONTROL: {
             char detail[8];
             pr_err tmp = {detail, sizeof detail, 0};
-            pr_err_hex4(&tmp, c);
-            pr_fail(j, j->pos, "unescaped control character U+", detail);
+            pr_err_hex4(&tmp, cp);
+            pr_fail(j, at, "unescaped control character U+", detail);
             pr_err_str(j->e, " in string");
             return NEEDLE_PROMPT_E_JSON;
         }
-        if (c == '\\') {
-            uint32_t cp;
-            if (j->pos + 1u >= j->len) return pr_fail(j, open, "unterminated string", NULL);
-            switch (s[j->pos + 1u]) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u':
-                if (!pr_hex4(s + j->pos + 2u, j->len - j->pos - 2u, &cp))
-                    return pr_fail(j, j->pos, "invalid \\u escape", NULL);
-                if (cp >= 0xD800u && cp <= 0xDBFFu) {
-                    size_t at = j->pos + 6u;
-                    uint32_t lo;
-                    if (j->len - at >= 6u && s[at] == '\\' && s[at + 1u] == 'u'
-                        && pr_hex4(s + at + 2u, 4u, &lo) && lo >= 0xDC00u && lo <= 0xDFFFu) {
-                        cp = 0x10000u + ((cp - 0xD800u) << 10) + (lo - 0xDC00u);
-                        j->pos += 6u;
-                    }
-                }
-                j->pos += 4u;  /* the hex digits; the two escape bytes follow below */
-                break;
-            default:
-                return pr_fail(j, j->pos, "invalid escape", NULL);
-            }
-            j->pos += 2u;
-            pr_put_char(j->o, cp);
-            continue;
+        case NEEDLE_JSON_E_HEX: return pr_fail(j, at, "invalid \\u escape", NULL);
+        case NEEDLE_JSON_E_ESCAPE: return pr_fail(j, at, "invalid escape", NULL);
+        case NEEDLE_JSON_E_UTF8: return pr_fail(j, at, "invalid UTF-8", NULL);
+        default: return pr_fail(j, open, "unterminated string", NULL);
         }
-        if (c >= 0x80u) {
-            uint32_t cp;
-            size_t k = pr_utf8_len(s + j->pos, j->len - j->pos, &cp);
-            if (k == 0) return pr_fail(j, j->pos, "invalid UTF-8", NULL);
-            pr_put(j->o, s + j->pos, k);
-            j->pos += k;
-            continue;
-        }
-        pr_put_char(j->o, c);
-        j->pos++;
     }
 }
 
@@ -357,46 +242,24 @@ static int pr_key_seen(const char *o, size_t obj, size_t k0, size_t k1)
 
 static int pr_literal(pr_json *j, const char *word)
 {
-    size_t n = strlen(word);
-    if (j->len - j->pos < n || memcmp(j->s + j->pos, word, n) != 0)
+    if (!needle_json_literal((const char *)j->s, j->len, j->pos, word))
         return pr_fail(j, j->pos, "invalid literal", NULL);
-    pr_put(j->o, word, n);
-    j->pos += n;
+    pr_put(j->o, word, strlen(word));
+    j->pos += strlen(word);
     return 0;
-}
-
-static int pr_is_digit(const pr_json *j, size_t at)
-{
-    return at < j->len && j->s[at] >= '0' && j->s[at] <= '9';
 }
 
 static int pr_number(pr_json *j)
 {
-    size_t start = j->pos, p = j->pos;
-    if (j->s[p] == '-') p++;
-    if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
-    if (j->s[p] == '0') {
-        p++;
-    } else if (pr_is_digit(j, p)) {
-        while (pr_is_digit(j, p)) p++;
-    } else {
-        return pr_fail(j, p, "invalid number", NULL);
+    size_t end;
+    int integer;
+    switch (needle_json_number((const char *)j->s, j->len, j->pos, &end, &integer)) {
+    case NEEDLE_JSON_E_NUMBER_END: return pr_fail(j, end, "unexpected end of input", NULL);
+    case NEEDLE_JSON_E_NUMBER: return pr_fail(j, end, "invalid number", NULL);
+    default: break;
     }
-    if (p < j->len && j->s[p] == '.') {
-        p++;
-        if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
-        if (!pr_is_digit(j, p)) return pr_fail(j, p, "invalid number", NULL);
-        while (pr_is_digit(j, p)) p++;
-    }
-    if (p < j->len && (j->s[p] == 'e' || j->s[p] == 'E')) {
-        p++;
-        if (p < j->len && (j->s[p] == '+' || j->s[p] == '-')) p++;
-        if (p >= j->len) return pr_fail(j, p, "unexpected end of input", NULL);
-        if (!pr_is_digit(j, p)) return pr_fail(j, p, "invalid number", NULL);
-        while (pr_is_digit(j, p)) p++;
-    }
-    pr_put(j->o, j->s + start, p - start);
-    j->pos = p;
+    pr_put(j->o, j->s + j->pos, end - j->pos);
+    j->pos = end;
     return 0;
 }
 
@@ -412,7 +275,7 @@ static int pr_json_minify(pr_json *j)
     size_t ext_from = 0, ext_value = 0, ext_at = 0;   /* unwrite from; its value's output and input offsets */
 
     for (;;) {
-        pr_skip_ws(j);
+        j->pos = needle_json_skip_ws((const char *)j->s, j->len, j->pos);
         if (state == PR_AFTER && depth == 0) {
             if (j->pos < j->len) return pr_fail(j, j->pos, "extra data after the JSON value", NULL);
             return 0;
@@ -472,13 +335,13 @@ static int pr_json_minify(pr_json *j)
                 ext_from = first ? k0 : k0 - 1u;
                 ext_value = j->o->n + 1u;
             }
-            pr_skip_ws(j);
+            j->pos = needle_json_skip_ws((const char *)j->s, j->len, j->pos);
             if (j->pos >= j->len) return pr_fail(j, j->pos, "unexpected end of input", NULL);
             if (j->s[j->pos] != ':') return pr_fail(j, j->pos, "expected ':'", NULL);
             pr_put_byte(j->o, ':');
             j->pos++;
             state = PR_VALUE;
-            if (ext) { pr_skip_ws(j); ext_at = j->pos; }
+            if (ext) { j->pos = needle_json_skip_ws((const char *)j->s, j->len, j->pos); ext_at = j->pos; }
             continue;
         }
 
@@ -511,7 +374,7 @@ static int pr_json_minify(pr_json *j)
                 depth++;
                 pr_put_byte(j->o, c);
                 j->pos++;
-                pr_skip_ws(j);
+                j->pos = needle_json_skip_ws((const char *)j->s, j->len, j->pos);
                 if (j->pos < j->len && j->s[j->pos] == (c == '{' ? '}' : ']')) {
                     pr_put_byte(j->o, j->s[j->pos]);
                     j->pos++;
@@ -574,11 +437,11 @@ static void pr_strip(const uint8_t *s, size_t n, size_t *from, size_t *to)
 {
     size_t i = 0, end = n, k;
     uint32_t cp = 0;
-    while (i < n && (k = pr_utf8_len(s + i, n - i, &cp)) != 0 && pr_is_space(cp)) i += k;
+    while (i < n && (k = needle_utf8_decode(s + i, n - i, &cp)) != 0 && pr_is_space(cp)) i += k;
     while (end > i) {
         size_t b = end - 1u;
         while (b > i && (s[b] & 0xC0u) == 0x80u) b--;
-        pr_utf8_len(s + b, end - b, &cp);
+        needle_utf8_decode(s + b, end - b, &cp);
         if (!pr_is_space(cp)) break;
         end = b;
     }

@@ -1,4 +1,4 @@
-/* tool_prompt.h -- render the Needle tool-calling prompt (docs/spec/prompt-and-tokenizer.md 4.1).
+/* needle_tool_prompt.h -- render the Needle tool-calling prompt (docs/spec/prompt-and-tokenizer.md 4.1).
  *
  * Hand-written, no heap, no stdio: the caller passes the output buffer.  The rules are in
  * docs/prompt.md; generator/tools/prompt.py is the Python twin and gives identical bytes and
@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define NEEDLE_PROMPT_E_JSON  (-1)  /* tools JSON invalid, or not an array of objects */
 #define NEEDLE_PROMPT_E_SPACE (-2)  /* out[] too small (err says how many bytes are needed) */
@@ -71,5 +75,9 @@ int needle_parse_confidence(const char *text, size_t len, uint32_t *ppm);
 int needle_render_prompt_thresholds(const char *tools_json, size_t len, const char *query, const char *system,
                                     char *out, size_t cap, char *err, size_t errcap,
                                     needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_TOOL_PROMPT_H */

@@ -8,7 +8,7 @@
 
 #include "needle_model.h"
 #include "needle_retrieval.h"
-#include "tool_prompt.h"
+#include "needle_tool_prompt.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list */
 #endif

@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* An argument kept as JSON text (objects, arrays of arrays or objects): inside the call list. */
 typedef struct {
     const char *text;
@@ -47,5 +51,9 @@ typedef struct {
  * NEEDLE_BIND_END after the last call, NEEDLE_BIND_ERROR if the text is not canonical
  * call-list JSON (never for what needle_call_turn produced). */
 int needle_bind_next(const needle_tool_desc *tools, uint32_t n_tools, const char **p, const char *end, void *args);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* NEEDLE_BINDINGS_H */
