@@ -6,9 +6,15 @@ The stages, each a sub-package, import only the stages above them in this list:
                reader, the writer, the tokenizer blob (parse, encode, decode, pack)
     model/     what a header means: geometry facts (windows, layer kinds, KV layout,
                session RAM, work per token) and the NumPy reference of both generations
-    codegen/   plan (typed data the templates render), render (Jinja2), pipeline (writes gen/)
-    build/     boards (target files), ELF checks, the SCons tool
-    commands/  what users run: inspect, synth, rung, golden, prompt rendering, the CLI
+    codegen/   plan (typed data the templates render), families (one descriptor per kernel
+               family), render (Jinja2), pipeline (writes gen/)
+    tools/     tool calling: the prompt, schemas into call-grammar tables, the byte matcher,
+               constrained decoding and the envelope, typed C bindings, retrieval (the
+               Python twins of firmware's tool-calling C)
+    build/     boards (target files), compiler flags, ELF checks, images, packages, the SDK,
+               the board runner, the SCons tool
+    commands/  what users run: the CLI (cli, the one front end) over inspect, synth, rung,
+               golden and evaluate
 
 errors, paths and files are shared by every stage.  `python -m generator --help` lists the
 commands.  Benchmark drivers live in bench/, the tokenizer-corpus builders in

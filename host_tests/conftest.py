@@ -44,7 +44,7 @@ def pytest_configure(config):
 # Each file's tier, for its tests that carry no tier mark of their own (a file's long tests are
 # marked slow where they are written).  A file that is in none builds or runs on the host.
 FILE_TIERS = {
-    "quick": ("test_calibrate", "test_cli_errors", "test_codegen", "test_demo_archive", "test_docs_site", "test_grammar", "test_inspect",
+    "quick": ("test_calibrate", "test_cli_errors", "test_codegen", "test_demo_archive", "test_docs_site", "test_families", "test_grammar", "test_inspect",
               "test_layers", "test_packaging", "test_reader_malformed", "test_reference", "test_roundtrip", "test_runner",
               "test_task", "test_tokenizer", "test_workflow"),
     "emulator": ("test_boards", "test_debug_build", "test_flash", "test_flash_images", "test_mcuboot", "test_sha256_hook", "test_uf2", "test_kernels",

@@ -67,3 +67,31 @@ def test_synth_help_names_every_preset():
     assert all(name in out for name in PRESETS) and len(PRESETS) == 6, out
     proc = _run("synth", "--preset", "nope", "-o", "x.cact")
     assert proc.returncode == 2 and "needle3-base" in proc.stderr
+
+
+# ---- eval with a built engine, and check: the CLI is the one front end ----------------------
+
+TINY = "host_tests/golden/tiny/archive.cact"
+DATA = "demo/eval/heldout.jsonl"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--board", "host"], "eval: --board and --engine go together (a built engine on its board), "
+                          "or give neither (the reference alone)"),
+    (["--engine", "build/host/needle"], "eval: --board and --engine go together"),
+    (["--image", "x.bin"], "eval: --image goes with --engine BIN --board B"),
+    (["--timeout", "5"], "eval: --timeout goes with --engine BIN --board B"),
+    (["--board", "host", "--engine", "build/host/needle", "--mode", "float"],
+     "eval: --mode is for the reference alone: with --engine the engine and the a8 reference run every "
+     "grammar mode (drop it)"),
+])
+def test_eval_engine_options_are_refused_out_of_place(args, message):
+    proc = _run("eval", "--archive", TINY, "--data", DATA, *args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {message}") and proc.stdout == ""
+
+
+def test_check_refuses_a_bad_tolerance_in_one_line(tmp_path):
+    proc = _run("check", str(tmp_path), "--archive", TINY, "--board", "host", "--engine", "needle",
+                "--tol", "loose")
+    assert proc.returncode == 2 and proc.stderr == "error: check_tol=loose: want a non-negative number\n"

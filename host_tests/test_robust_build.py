@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from generator.build import boards, sources
+from generator.codegen import families
 from generator.errors import CactError
 from generator.paths import FIRMWARE_DIR
 from host_tests.scons_run import scons
@@ -94,7 +95,7 @@ def test_emit_refuses_another_architectures_kernels(tmp_path, board, family):
     proc = emit(GOLDEN / "tiny" / "archive.cact", "-o", tmp_path / "gen", "--board", board, "--kernels", family)
     assert proc.returncode == 2, proc.stderr
     b = boards.load(board)
-    assert proc.stderr == (f"error: --kernels {family} is {boards.FAMILY_ARCH[family]} code and board {board} is "
+    assert proc.stderr == (f"error: --kernels {family} is {families.FAMILIES[family].arch} code and board {board} is "
                            f"{boards.board_arch(b)}: choose one of {', '.join(boards.board_families(b))}\n")
     assert "scalar" in boards.board_families(b) and family not in boards.board_families(b)
     assert not (tmp_path / "gen").exists()

@@ -260,9 +260,9 @@ def test_eval_json_onto_its_data_is_refused(tmp_path, data_copy):
 
 def test_eval_board_json_onto_its_data_is_refused(data_copy):
     want = sha(data_copy)
-    proc = gen("board", data_copy, "--archive", TINY, "--board", "host", "--engine", "/nonexistent/needle",
-               "--json", data_copy, module="generator.commands.evaluate")
-    one_line(proc, 2, f"--json {data_copy} is the same file as the input the data {data_copy}")
+    proc = gen("eval", "--data", data_copy, "--archive", TINY, "--board", "host", "--engine", "/nonexistent/needle",
+               "--json", data_copy)
+    one_line(proc, 2, f"--json {data_copy} is the same file as the input --data {data_copy}")
     assert sha(data_copy) == want
 
 

@@ -40,8 +40,9 @@ import tomllib
 from pathlib import Path
 
 from generator.build import sources
+from generator.codegen import families as kernel_families
 from generator.errors import CactError
-from generator.paths import BOARDS_DIR, CHECKOUT, KERNELS_DIR, ROOT
+from generator.paths import BOARDS_DIR, CHECKOUT, ROOT
 from generator.tools import tables
 
 # key -> (type, required).  Bare-metal boards also need stack_bytes, max_text and
@@ -103,26 +104,20 @@ def _is(value, typ: type) -> bool:
 
 
 def families() -> list[str]:
-    """Kernel families with a template (templates/kernels/<family>.c.j2)."""
-    return sorted(p.name[:-len(".c.j2")] for p in KERNELS_DIR.glob("*.c.j2"))
+    """Kernel families (one descriptor each: generator/codegen/families.py)."""
+    return kernel_families.names()
 
 
-# x86-64 families and the CPU flags (/proc/cpuinfo) each needs, slowest first
-X86_FAMILIES = {"x86": ("avx2",), "x86-vnni": ("avx2", "avx512_vnni", "avx512vl")}
+# x86-64 families and the CPU flags (/proc/cpuinfo) each needs, slowest first: a view of the
+# descriptors' host_features, for SConstruct's run= check
+X86_FAMILIES = {f.name: f.host_features for f in kernel_families.FAMILIES.values() if f.host_features}
 
-# The instruction set each family's intrinsics are written for (scalar: any).  A family of
-# another architecture fails in the compiler (arm_neon.h missing, -mavx2 unknown), so
-# kernels= and emit --kernels are refused before generation (kernels_refusal).  Finer needs
-# within one architecture (DSP, dotprod, Helium, AVX2) stop with the template's own #error.
-FAMILY_ARCH = {"x86": "x86-64", "x86-vnni": "x86-64", "neon64": "aarch64", "neon64-dot": "aarch64",
-               "armv6": "32-bit Arm (A profile)", "neon32": "32-bit Arm (A profile)",
-               "mdsp": "Arm Cortex-M", "mve": "Arm Cortex-M"}
-# the host's machine (platform.machine()) -> FAMILY_ARCH's name for it
+# the host's machine (platform.machine()) -> a descriptor's name for its instruction set (arch)
 HOST_ARCH = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
 def board_arch(board: dict) -> str:
-    """The instruction set a board's compiler targets, in FAMILY_ARCH's words (the cross
+    """The instruction set a board's compiler targets, in the family descriptors' words (the cross
     prefix or zig target; the host: this machine), e.g. "aarch64", "mips"."""
     if board.get("toolchain") == "zig":
         target = board["zig_target"]
@@ -145,7 +140,7 @@ def board_families(board: dict) -> list[str]:
     """The kernel families whose code the board's compiler can build: scalar, and those of
     its instruction set."""
     arch = board_arch(board)
-    return [f for f in families() if FAMILY_ARCH.get(f, arch) == arch]
+    return [f for f in families() if kernel_families.FAMILIES[f].arch in (None, arch)]
 
 
 def kernels_refusal(board: dict, family: str, option: str = "kernels=") -> str | None:
@@ -155,7 +150,7 @@ def kernels_refusal(board: dict, family: str, option: str = "kernels=") -> str |
         return f"{option}{family}: choose one of {', '.join(families())}"
     if family in board_families(board):
         return None
-    return (f"{option}{family} is {FAMILY_ARCH[family]} code and board {board['name']} is "
+    return (f"{option}{family} is {kernel_families.FAMILIES[family].arch} code and board {board['name']} is "
             f"{board_arch(board)}: choose one of {', '.join(board_families(board))}")
 
 
@@ -174,7 +169,7 @@ def cpu_flags() -> set[str]:
 def native_x86_families() -> list[str]:
     """The x86 kernel families the build machine can run, slowest first (empty off x86-64)."""
     have = cpu_flags()
-    return [f for f, need in X86_FAMILIES.items() if have and set(need) <= have and f in families()]
+    return [f for f, need in X86_FAMILIES.items() if have and set(need) <= have]
 
 
 def kernel_family(board: dict) -> str:
@@ -292,7 +287,7 @@ def load(name: str) -> dict:
         if data["memory"][key] <= 0:
             bad(f"memory.{key} must be a positive integer")
     if data["kernels"] not in families() + ["auto"]:
-        bad(f"kernels must be one of {', '.join(families())} (templates/kernels/), or auto")
+        bad(f"kernels must be one of {', '.join(families())} (generator/codegen/families.py), or auto")
     data.setdefault("toolchain", "gnu")
     if data["toolchain"] not in TOOLCHAINS:
         bad(f"toolchain must be one of {', '.join(TOOLCHAINS)}")

@@ -2,24 +2,18 @@
 
 What shapes the object code lives here: the C dialect and warnings, the numerics rule
 (docs/numerics.md §1: no fused multiply-add), the board's `arch_flags`, what each kernel
-family needs beyond them, and the bare-metal section/link rules.  Build-reporting flags
-(path prefix maps, GCC's stack-usage files) are SConstruct's own.
+family needs beyond them (its descriptor's compile_flags, generator/codegen/families.py),
+and the bare-metal section/link rules.  Build-reporting flags (path prefix maps, GCC's
+stack-usage files) are SConstruct's own.
 """
 
 from __future__ import annotations
 
+from generator.codegen import families
 from generator.tools import tables
 
 WARNINGS = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
 NUMERICS = ["-O2", "-ffp-contract=off"]          # docs/numerics.md §1: no fused multiply-add
-
-# Kernel families that need instructions the board's arch_flags may not enable.  The host
-# board picks its family at build time (boards.kernel_family), so its arch_flags are empty;
-# templates/kernels/x86.c.j2 stops with #error when __AVX2__ (x86-vnni: __AVX512VNNI__ and
-# __AVX512VL__) is not defined.  x86-vnni keeps the compiler's vectors at 256 bits, the width
-# the kernels are written for: AVX-512 is enabled for VPDPBUSD on ymm registers, not zmm code.
-FAMILY_FLAGS = {"x86": ["-mavx2"],
-                "x86-vnni": ["-mavx2", "-mavx512vnni", "-mavx512vl", "-mprefer-vector-width=256"]}
 
 # zig cc keeps a frame pointer at every optimisation level (GCC drops it from -O1, and
 # OpenWrt builds its packages without one); the routers' compiler runtime, which zig compiles
@@ -37,8 +31,9 @@ STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
 
 def compile_flags(board: dict, family: str) -> list[str]:
     """Flags that compile engine and firmware sources for `board` with kernel family `family`."""
+    flags = WARNINGS + NUMERICS + board["arch_flags"] + list(families.get(family).compile_flags)
     # the call grammar's table bounds (board file [grammar]; docs/grammar.md, "Memory and cost")
-    flags = WARNINGS + NUMERICS + board["arch_flags"] + FAMILY_FLAGS.get(family, []) + tables.defines(board)
+    flags += tables.defines(board)
     if board.get("toolchain") == "zig":
         flags += ZIG_FLAGS
     if board["os"] == "none":

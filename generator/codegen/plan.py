@@ -24,6 +24,8 @@ from generator.errors import CactError
 from generator.archive.format import CQ, CQ_GROUP, KV_BUDGET_BYTES, KV_CQ_GROUP, KV_INT8_GROUP_N2, \
     TERNARY, cq_geometry
 from generator.archive.reader import Archive
+from generator.codegen import families
+from generator.codegen.families import KernelFamily
 from generator.model import calibration, geometry, numerics as nm
 from generator.model.geometry import KvLayout
 
@@ -41,7 +43,7 @@ class Options:
     kv_budget: int = KV_BUDGET_BYTES   # bytes of RAM for the KV cache when kv_window is 0
     max_text: int = 16384              # bytes of prompt text the tokenizer accepts
     board_data: dict | None = None     # the whole board file (bare metal: regions, stack)
-    kernels: str = "scalar"            # kernel family (templates/kernels/<family>.c.j2)
+    kernels: str = "scalar"            # kernel family (generator/codegen/families.py)
     head_tokens: int = 0               # tokens whose cells the probe heads keep (0: no heads)
     threads: int = 1                   # most threads a step uses (Linux boards: a pthread pool)
     thread_grain: int = 32768          # least weight bytes a thread takes when a product is split
@@ -251,16 +253,11 @@ class EnginePlan:
     """Everything the engine templates render, decided once, for either generation."""
 
     provenance: Provenance
-    kernel_family: str                  # templates/kernels/<family>.c.j2
+    family: KernelFamily                # the kernel family's descriptor (generator/codegen/families.py)
     threads: int                        # NEEDLE_THREADS: 1, or a pool of threads - 1 workers
     thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
     prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
-    gemm_form: str                      # nk_gemm_a8's form: "scalar", "family" or "blocked" (GEMM_FORM)
-    attention_lanes: int                # ATT_LANES: decode attention's positions side by side
-    vector_float: bool                  # the family's compiler vectorises f32 loops exactly
     soft_float: bool                    # butterflies, lane mixing and dot products through firmware/softfloat
-    key_columns: bool                   # decode attention transposes key rows (nk_columns8)
-    kv_prefetch: bool                   # decode attention prefetches the KV cache ahead
     warnings: tuple[str, ...]           # for the user (window choices that change numerics)
     generation: int                     # 2 or 3
     min_confidence_ppm: int             # the generation's recommended minimum call confidence
@@ -328,6 +325,12 @@ class EnginePlan:
     hada_perm2: VectorRef | None = None
     # the distinct shapes of the A8 products (per-shape kernel instances)
     a8_shapes: tuple[A8Shape, ...] = ()
+
+    @property
+    def key_columns(self) -> bool:
+        """Decode attention transposes key rows with the family's nk_columns8: a CQ-coded cache
+        only (an int8 cache's scores are integer dots on the codes themselves)."""
+        return self.family.key_columns and self.kv.kv_bits != 8
 
     # ---- derived sizes ----
     @property
@@ -559,40 +562,6 @@ def archive_map_address(board: dict) -> int:
 MAX_THREADS = 64
 
 
-#: How each kernel family batches a prefill product (docs/benchmarks.md): "family" is the
-#: family's own nk_gemm_a8_family (each row's group decoded once into the family's level
-#: form, then only multiply-accumulates per token; the scalar family's falls back to the
-#: portable decode-once nk_gemm_a8_scalar); "blocked" runs the family's GEMV over row blocks
-#: that stay in L1 while every token passes.
-GEMM_FORM = {"scalar": "family", "armv6": "family", "neon64": "family", "neon64-dot": "family",
-             "neon32": "family", "mdsp": "family", "x86": "family", "x86-vnni": "family"}
-
-#: Positions whose scores a decode step accumulates side by side (docs/benchmarks.md):
-#: eight independent sums where the family's cores run several float adds at once and the
-#: compiler vectorises the lanes; one (nk_dot's plain loop) on the in-order cores, where the
-#: keys' column layout only adds instructions (measured per family under emulation).
-ATTENTION_LANES = {"x86": 8, "x86-vnni": 8, "neon64": 8, "neon64-dot": 8, "neon32": 8, "armv6": 8}
-
-#: Families whose compilers vectorise f32 loops with IEEE subnormals (AVX2, AArch64 NEON):
-#: there the softmax takes its exponentials eight at a time through the branch-free
-#: nk_exp_select. Not AArch32 NEON (it flushes subnormals, so GCC leaves f32 loops scalar)
-#: nor the in-order and FPU-less cores, where the branch-free form only adds instructions.
-VECTOR_FLOAT = {"x86", "x86-vnni", "neon64", "neon64-dot"}
-
-#: Families whose decode attention decodes a block's keys as rows and turns them into columns
-#: with the family's nk_columns8 (8 x 8 tiles in registers): with decoding straight into the
-#: columns (a strided store per value) the keys cost more than the weights' GEMV on the host
-#: at 200 positions.  The other lane families keep the strided store: there the rows and a
-#: plain transposition added instructions (rpi-zero2 +17 % per decoded token of the demo).
-KEY_COLUMNS = {"x86", "x86-vnni"}
-
-#: Families whose decode attention prefetches the KV codes and scales ahead of their use
-#: (GCC/clang __builtin_prefetch): measured on the host only, where the cache of
-#: `needle2-base` outgrows the core's L2 (docs/benchmarks.md).  Instruction counts under
-#: emulation cannot show a prefetch's worth, so the other families wait for a device to say.
-KV_PREFETCH = {"x86", "x86-vnni"}
-
-
 def prefill_chunk(h: dict, opts: Options, window: int) -> int:
     """Tokens per prefill pass: as given (scons prefill_chunk=N), else from the board's RAM."""
     if opts.prefill_chunk is not None:
@@ -657,16 +626,11 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         provenance=Provenance(archive_sha256=a.sha256(), archive_bytes=a.size,
                               generator_version=__version__, board=opts.board,
                               kv_window_option=opts.kv_window),
-        kernel_family=opts.kernels,
+        family=families.get(opts.kernels),
         threads=check_threads(opts),
         thread_grain=opts.thread_grain,
         prefill_chunk=prefill_chunk(h, opts, window),
-        gemm_form=GEMM_FORM.get(opts.kernels, "blocked"),
-        attention_lanes=ATTENTION_LANES.get(opts.kernels, 1),
-        vector_float=opts.kernels in VECTOR_FLOAT,
         soft_float=opts.soft_float,
-        key_columns=opts.kernels in KEY_COLUMNS and h["kv_bits"] != 8,   # int8: integer scores
-        kv_prefetch=opts.kernels in KV_PREFETCH,
         warnings=tuple(warnings),
         generation=gen,
         min_confidence_ppm=calibration.min_confidence_ppm(gen),

@@ -1,11 +1,14 @@
-"""Command line: `python -m generator {inspect,synth,golden,rung,emit,bench,call,eval} ...`.
+"""Command line: `python -m generator {inspect,synth,golden,check,rung,emit,bench,call,eval} ...`.
 
-inspect and synth read and write archives, golden regenerates the reference goldens, rung
+inspect and synth read and write archives, golden regenerates the reference goldens (or makes
+goldens for the user's own archive) and check runs a built engine on them, rung
 cuts a shallower Needle 3 archive, emit generates a board's C engine the way SCons does,
 bench times a built engine against the NumPy reference (it lives in bench/host.py: the
 entry point, generator/__main__.py, registers it, because generator never imports bench), call runs one constrained
 tool-calling turn on the reference (the twin of `needle --tools F --query Q`), eval scores the
-reference's calls on held-out examples (task accuracy).  Every failure a user can cause
+reference's calls on held-out examples (task accuracy), and with --engine a built engine's beside
+them (what `scons eval=1` runs).  This is the one front end of generator.commands: its other
+modules are libraries.  Every failure a user can cause
 ends in one line on stderr and exit status 2.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -100,6 +104,25 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"want a positive number of seconds, not {text!r}")
+    return value
+
+
+def cmd_check(args) -> int:
+    from generator.commands import golden
+    try:
+        tol = float(args.tol)
+    except ValueError:
+        raise CactError(f"check_tol={args.tol}: want a non-negative number") from None
+    return golden.check(args.directory, args.archive, args.board, args.engine, args.image, tol)
+
+
 def cmd_rung(args) -> int:
     from generator.commands import rung
     refuse_output_is_input({"-o": args.output}, {"archive": args.archive})
@@ -155,6 +178,24 @@ def cmd_call(args) -> int:
 
 def cmd_eval(args) -> int:
     from generator.commands import evaluate
+    if (args.board is None) != (args.engine is None):
+        raise CactError("eval: --board and --engine go together (a built engine on its board), "
+                        "or give neither (the reference alone)")
+    engine_only = {"--image": args.image, "--builtin-tools": args.builtin_tools, "--timeout": args.timeout}
+    if args.engine is None:
+        given = [k for k, v in engine_only.items() if v is not None]
+        if given:
+            raise CactError(f"eval: {given[0]} goes with --engine BIN --board B")
+    else:
+        given = [k for k, v in (("--mode", args.mode), ("--grammar", args.grammar)) if v is not None]
+        if given:
+            raise CactError(f"eval: {given[0]} is for the reference alone: with --engine the engine "
+                            "and the a8 reference run every grammar mode (drop it)")
+        return evaluate.run_board(args.archive, args.data, args.board, args.engine, args.image,
+                                  args.builtin_tools, args.max_new, args.limit, args.json,
+                                  evaluate.DEFAULT_TIMEOUT if args.timeout is None else args.timeout)
+    args.mode = args.mode or "a8"
+    args.grammar = args.grammar or "both"
     modes = ["float", "a8"] if args.mode == "both" else [args.mode]
     grammars = ["on", "off"] if args.grammar == "both" else ["on", "span"] if args.grammar == "on+span" \
         else [args.grammar]
@@ -243,16 +284,34 @@ def main(argv: Sequence[str] | None = None,
     s.add_argument("--archive", required=True)
     s.add_argument("--data", required=True, metavar="FILE",
                    help="JSON lines: {\"tools\": [...], \"query\": \"...\", \"calls\": [...]}")
-    s.add_argument("--mode", choices=("float", "a8", "both"), default="a8",
+    s.add_argument("--mode", choices=("float", "a8", "both"),
                    help="numerics of the reference (default a8, what every engine computes)")
-    s.add_argument("--grammar", choices=("on", "off", "both", "span", "on+span"), default="both",
+    s.add_argument("--grammar", choices=("on", "off", "both", "span", "on+span"),
                    help="constrained decoding (on), plain greedy like needle --raw (off), or both (default); "
                         "span: on with every free string a span of the query (needle --span-strings); "
                         "on+span: on and span side by side")
     s.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples")
     s.add_argument("--max-new", type=_positive, default=96, metavar="N", help="tokens per answer (default 96)")
     s.add_argument("--json", metavar="OUT", help="write the metrics and every prediction")
+    s.add_argument("--board", help="with --engine: the engine's board (boards/NAME.toml), which says how "
+                                   "to run it; the engine answers beside the a8 reference (scons eval=1)")
+    s.add_argument("--engine", metavar="BIN", help="a built executable or ELF image for --board")
+    s.add_argument("--image", help="the archive partition image, or the archive file (placement = file)")
+    s.add_argument("--builtin-tools", metavar="FILE", help="the firmware's built-in tool list (tools=FILE)")
+    from generator.commands.evaluate import DEFAULT_TIMEOUT
+    s.add_argument("--timeout", type=_seconds, metavar="S",
+                   help=f"seconds one engine run may take (default {DEFAULT_TIMEOUT})")
     s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("check", help="run a built engine on a golden directory's cases and compare with the "
+                                     "reference (scons check=DIR runs it; docs/archive.md)")
+    s.add_argument("directory", help="a directory `golden --archive` wrote (cases.json)")
+    s.add_argument("--archive", required=True, help="the archive the engine was built for")
+    s.add_argument("--board", required=True, help="board name (boards/NAME.toml): how to run the engine")
+    s.add_argument("--engine", required=True, help="the built executable or ELF image")
+    s.add_argument("--image", help="the archive partition image (boards with placement = partition)")
+    s.add_argument("--tol", default="0", help="per position: max |Δlogit| <= TOL * max |logit| (default 0)")
+    s.set_defaults(fn=cmd_check)
 
     for add in commands:      # e.g. bench (bench/host.py), registered by generator/__main__.py
         add(sub)

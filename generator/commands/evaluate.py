@@ -23,19 +23,16 @@ through the same code:
   where the tool's schema types that value ``"number"``, where they compare by value.
 
 `python -m generator eval` answers with the NumPy reference (``float``, ``a8`` or both);
-`scons board=X eval=1` runs `python -m generator.commands.evaluate board ...`, which answers
+`scons board=X eval=1` runs `python -m generator eval --engine BIN --board X ...`, which answers
 with the built engine on its board and also with the a8 reference, which the engine must
 reproduce example for example (a difference is a bug).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import math
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -503,7 +500,7 @@ def run_board(archive: str, data: str, board_name: str, engine: str, image: str 
     """`scons board=X eval=1`: the built engine and the a8 reference on every example; prints
     the table and how many runs differ; 1 if any does, else 0."""
     from generator.build import boards
-    refuse_output_is_input({"--json": json_out}, {"--archive": archive, "the data": data, "--engine": engine,
+    refuse_output_is_input({"--json": json_out}, {"--archive": archive, "--data": data, "--engine": engine,
                                                  "--image": image, "--builtin-tools": builtin_tools})
     board = boards.load(board_name)
     examples = load_examples(data, limit)
@@ -541,50 +538,3 @@ def run_board(archive: str, data: str, board_name: str, engine: str, image: str 
         write_json(json_out, document(archive, data, max_new, rows, predictions, engine_doc))
         print(f"wrote {json_out}")
     return 1 if diff["calls"] or diff["text"] else 0
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"want a positive integer, not {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"want a positive number of seconds, not {text!r}")
-    return value
-
-
-def main(argv=None) -> int:
-    """`python -m generator.commands.evaluate board DATA --archive A --board B --engine BIN`
-    (what `scons eval=1` runs after building): the table, exit 1 if the engine differs from
-    the reference, 2 (one line on stderr) if the evaluation cannot run."""
-    p = argparse.ArgumentParser(prog="python -m generator.commands.evaluate")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("board", help="evaluate a built engine on its board against the a8 reference")
-    s.add_argument("data", help="held-out examples (JSON lines)")
-    s.add_argument("--archive", required=True, help="the archive the engine was built for")
-    s.add_argument("--board", required=True, help="board name (boards/NAME.toml): how to run the engine")
-    s.add_argument("--engine", required=True, help="the built executable or ELF image")
-    s.add_argument("--image", help="the archive partition image, or the archive file (placement = file)")
-    s.add_argument("--builtin-tools", metavar="FILE", help="the firmware's built-in tool list (tools=FILE)")
-    s.add_argument("--max-new", type=_positive, default=DEFAULT_MAX_NEW, metavar="N")
-    s.add_argument("--limit", type=_positive, metavar="N", help="only the first N examples")
-    s.add_argument("--json", metavar="OUT", help="write the metrics and predictions")
-    s.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
-                   help=f"seconds one engine run may take (default {DEFAULT_TIMEOUT})")
-    try:
-        args = p.parse_args(argv)
-        return run_board(args.archive, args.data, args.board, args.engine, args.image, args.builtin_tools,
-                         args.max_new, args.limit, args.json, args.timeout)
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

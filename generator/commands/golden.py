@@ -16,13 +16,12 @@ User archives (docs/archive.md, "Regression-test your own archive"): `write_user
 reference on the user's own cases (`golden --archive A --prompt ... --tokens ... --tools F
 --query ... -o DIR`) and writes `DIR/cases.json` plus one `case-N.f32` of teacher-forced logits
 per case; `check()` (run by `scons check=DIR`, or by hand as `python -m
-generator.commands.golden check DIR --archive A --board B --engine BIN`) runs a built engine on
-every case and compares.
+generator check DIR --archive A --board B --engine BIN`) runs a built engine on every case and
+compares.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -30,7 +29,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -603,32 +601,3 @@ def check(directory: str | os.PathLike, archive: str, board_name: str, engine: s
         return 1
     print(f"check {where}: all {n} cases pass (check_tol={_fmt(tol)})", flush=True)
     return 0
-
-
-def main(argv=None) -> int:
-    """`python -m generator.commands.golden check DIR --archive A --board B --engine BIN`
-    (what `scons check=DIR` runs after building): one line per case, exit 1 if any fails,
-    2 (one line on stderr) if the check cannot run."""
-    p = argparse.ArgumentParser(prog="python -m generator.commands.golden")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("check", help="run a built engine on DIR's cases and compare")
-    s.add_argument("directory")
-    s.add_argument("--archive", required=True, help="the archive the engine was built for")
-    s.add_argument("--board", required=True, help="board name (boards/NAME.toml): how to run the engine")
-    s.add_argument("--engine", required=True, help="the built executable or ELF image")
-    s.add_argument("--image", help="the archive partition image (boards with placement = partition)")
-    s.add_argument("--tol", default="0", help="per position: max |Δlogit| <= TOL * max |logit| (default 0)")
-    try:
-        args = p.parse_args(argv)
-        try:
-            tol = float(args.tol)
-        except ValueError:
-            raise CactError(f"check_tol={args.tol}: want a non-negative number") from None
-        return check(args.directory, args.archive, args.board, args.engine, args.image, tol)
-    except CactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -307,7 +307,7 @@ def _check_golden(opts, top: str) -> tuple[str | None, float | None]:
     check_dir = in_top(top, opts["check"])
     try:
         cases = user_golden.load_cases(check_dir)
-        if opts["archive"]:     # the demo archive is checked once built (generator.commands.golden)
+        if opts["archive"]:     # the demo archive is checked once built (generator/commands/golden.py)
             mismatch = user_golden.archive_mismatch(cases, opts["check"], opts["archive"])
             if mismatch:
                 raise CactError(mismatch)

@@ -195,7 +195,7 @@ def golden(env, built) -> None:
     """check=DIR: every case of DIR on this board, compared with the reference
     (generator/commands/golden.py)."""
     checked = env["NEEDLE_OPTIONS"]
-    cmd = [sys.executable, "-m", "generator.commands.golden", "check", checked.check_dir,
+    cmd = [sys.executable, "-m", "generator", "check", checked.check_dir,
            "--archive", built.archive.path, "--board", built.name, "--engine", built.prog.path,
            "--tol", repr(checked.check_tol)] + (["--image", built.image.path] if built.image else [])
     deps = [built.check] + ([built.image] if built.image else [])
@@ -204,12 +204,12 @@ def golden(env, built) -> None:
 
 
 def evaluation(env, built) -> None:
-    """eval=1: python -m generator.commands.evaluate board on the built engine, every held-out
+    """eval=1: python -m generator eval --engine on the built engine, every held-out
     example scored against the a8 reference (generator/commands/evaluate.py); a board that reads
     no tool file answers with its built-in list (scons_options checked it has examples)."""
     checked, build = env["NEEDLE_OPTIONS"], built.build
     data = options.in_top(env.Dir("#").abspath, checked.eval_data)
-    cmd = [sys.executable, "-m", "generator.commands.evaluate", "board", data,
+    cmd = [sys.executable, "-m", "generator", "eval", "--data", data,
            "--archive", built.archive.path, "--board", built.name, "--engine", built.prog.path,
            "--json", build.File("eval.json").path]
     cmd += ["--image", built.image.path] if built.image else []
