@@ -168,11 +168,12 @@ def _all_widths(engine, archive):
     archive of ours carries: binary) and room for DRIVER_MAX_GROUPS groups.  The one place
     that reads or changes plan values."""
     from generator.codegen import plan
-    have = {cb.bits for cb in engine.codebooks}
+    have = {cb.bits for cb in engine.model.codebooks}
     extra = tuple(plan.codebook(bits, archive.codebook) for bits in sorted({1, 2, 3, 4, 5} - have))
-    books = tuple(sorted(engine.codebooks + extra, key=lambda cb: cb.bits))
-    engine = dataclasses.replace(engine, codebooks=books,
-                                 widest_a8_input=max(engine.widest_a8_input, CQ_GROUP * DRIVER_MAX_GROUPS))
+    books = tuple(sorted(engine.model.codebooks + extra, key=lambda cb: cb.bits))
+    model = dataclasses.replace(engine.model, codebooks=books,
+                                widest_a8_input=max(engine.model.widest_a8_input, CQ_GROUP * DRIVER_MAX_GROUPS))
+    engine = dataclasses.replace(engine, model=model)
     return engine, [cb.bits for cb in books]
 
 
@@ -192,7 +193,7 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
     boards.generate_engine(board, str(arch), str(gen), kernels=family)
     engine, _ = pipeline.contexts(str(arch), boards.engine_options(board, kernels=family), gnu_stack=False)
     engine, widths = _all_widths(engine, reader.read(str(arch)))
-    engine = dataclasses.replace(engine, prefill_chunk=DRIVER_BATCH)   # nk_gemm_a8 built and checked
+    engine = dataclasses.replace(engine, target=dataclasses.replace(engine.target, prefill_chunk=DRIVER_BATCH))  # nk_gemm_a8 built and checked
     for name in ("needle_kernels.h", "needle_kernels.c"):
         (gen / name).write_text(render.render(pipeline.ENGINE_FILES[name], engine))
     (out_dir / "driver.c").write_text(render.render("bench/kernel_driver.c.j2", {

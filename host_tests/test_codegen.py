@@ -10,7 +10,7 @@ import pytest
 
 from generator.archive import reader
 from generator.archive.format import CQ_GROUP, KV_CQ_GROUP, KV_INT8_GROUP_N2
-from generator.codegen import pipeline, plan as planner, render, tokenizer_plan
+from generator.codegen import families, pipeline, plan as planner, render, tokenizer_plan
 from generator.errors import CactError
 from generator.model import geometry, numerics
 
@@ -37,7 +37,7 @@ def _define(text: str, name: str) -> int:
 # ---- strict rendering --------------------------------------------------------------------
 
 def test_misspelt_attribute_names_template_line_and_attribute(engine, tmp_path, monkeypatch):
-    (tmp_path / "typo.c.j2").write_text("/* ok */\n#define D {{ plan.d_model }}u\n"
+    (tmp_path / "typo.c.j2").write_text("/* ok */\n#define D {{ plan.model.d_model }}u\n"
                                         "#define X {{ plan.d_modle }}u\n")
     monkeypatch.setattr(render, "TEMPLATES_DIR", tmp_path)
     with pytest.raises(CactError) as exc:
@@ -61,25 +61,32 @@ def test_render_still_takes_a_dict_context():
 
 def test_plans_are_frozen(engine, tiny):
     with pytest.raises(dataclasses.FrozenInstanceError):
-        engine.d_model = 1
+        engine.model.d_model = 1
     with pytest.raises(dataclasses.FrozenInstanceError):
-        engine.layers[0].q_proj.offset = 0
+        engine.model = None
     with pytest.raises(dataclasses.FrozenInstanceError):
-        engine.kv.window = 1
+        engine.model.layers[0].q_proj.offset = 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        engine.model.kv.window = 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         tokenizer_plan.plan(tiny).max_text = 1
-    assert isinstance(engine.layers, tuple) and isinstance(engine.codebooks[0].int8, tuple)
+    assert isinstance(engine.model.layers, tuple) and isinstance(engine.model.codebooks[0].int8, tuple)
 
 
 def test_plan_reads_as_attributes(engine, tiny):
+    """The plan is four sub-plans, each a typed record: the model, the target, the placement
+    and the provenance."""
+    assert {f.name for f in dataclasses.fields(engine)} == {"provenance", "target", "placement", "model", "warnings"}
+    assert engine.target.family is families.get(engine.target.family.name) and engine.target.threads >= 1
+    assert engine.placement.archive_tag == tiny.header["tag"]
     h = tiny.header
-    assert (engine.d_model, engine.vocab, engine.num_layers) == (h["d_model"], h["vocab"], h["num_layers"])
-    ly = engine.layers[0]
+    assert (engine.model.d_model, engine.model.vocab, engine.model.num_layers) == (h["d_model"], h["vocab"], h["num_layers"])
+    ly = engine.model.layers[0]
     assert ly.q_proj.offset == tiny.record("layer00.q_proj").offset
     assert ly.q_proj.c_name == "layer00_q_proj" and ly.q_proj.short_name == "q_proj"
     assert [m.short_name for m in ly.matrices] == list(planner.LAYER_MATRICES)
-    assert engine.kv == geometry.kv_layout(h, engine.kv.window)
-    assert [hd.name for hd in engine.head_plans] == [hd.name for hd in tiny.heads]
+    assert engine.model.kv == geometry.kv_layout(h, engine.model.kv.window)
+    assert [hd.name for hd in engine.model.head_plans] == [hd.name for hd in tiny.heads]
 
 
 # ---- one definition per constant -----------------------------------------------------------
@@ -96,7 +103,7 @@ def test_generated_constants_equal_the_python_ones(tiny_path, tmp_path):
     assert _define(model_c, "FNV64_OFFSET") == planner.FNV64_OFFSET
     assert _define(model_c, "FNV64_PRIME") == planner.FNV64_PRIME
     assert "0x9E3779B9" not in model_c.replace("#define ENGRAM_HASH_SEED  0x9E3779B9u", "")
-    assert _define(model_h, "NEEDLE_KV_BYTES") == plan.kv.cache_bytes
+    assert _define(model_h, "NEEDLE_KV_BYTES") == plan.model.kv.cache_bytes
     assert _define(model_c, "K_INT8_GROUP") == KV_INT8_GROUP_N2      # tiny: Needle 2, int8 KV
     a = reader.read(tiny_path)
     assert _define(model_h, "NEEDLE_MACS_PER_TOKEN") == geometry.macs_per_token(a)
@@ -115,9 +122,9 @@ def test_cq_kv_group_comes_from_the_format(tmp_path):
 
 
 def test_geometry_per_token_costs_match_the_engine_plan(engine, tiny):
-    assert engine.macs_per_token == geometry.macs_per_token(tiny)
-    assert engine.streamed_bytes == geometry.streamed_bytes_per_token(tiny)
-    assert engine.out_vocab == geometry.output_rows(tiny.header)
+    assert engine.model.macs_per_token == geometry.macs_per_token(tiny)
+    assert engine.model.streamed_bytes == geometry.streamed_bytes_per_token(tiny)
+    assert engine.model.out_vocab == geometry.output_rows(tiny.header)
 
 
 def test_codegen_does_not_import_the_build_layer():

@@ -45,7 +45,7 @@ def rendered(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(fam.name)
     plan = boards.generate_engine(boards.load(board_for(fam.name)), str(KV4), str(out), incbin_path="x.cact",
                                   kernels=fam.name)
-    own = render.render(fam.template, {"plan": plan, "codebooks": plan.codebooks, "shapes": plan.a8_shapes})
+    own = render.render(fam.template, {"plan": plan, "codebooks": plan.model.codebooks, "shapes": plan.model.a8_shapes})
     return fam, plan, own, (out / "needle_kernels.c").read_text(), (out / "needle_kernels.h").read_text()
 
 
@@ -58,7 +58,7 @@ def test_the_definitions_regex_finds_what_it_should():
 
 def test_family_defines_what_its_descriptor_says(rendered):
     fam, plan, own, _, _ = rendered
-    assert plan.family is fam and plan.key_columns == fam.key_columns
+    assert plan.target.family is fam and plan.key_columns == fam.key_columns
     defined = {name for name, _ in definitions(own)}
     assert defined & CONTRACT == fam.defines, fam.name
 
@@ -81,7 +81,7 @@ def test_engine_has_each_contract_function_once(rendered):
     assert names.count("nk_columns8") == fam.key_columns
     assert ("#define NK_HAVE_COLUMNS8" in kernels_c) == fam.key_columns
     assert f"nk_gemm_a8_{fam.gemm_form}(w, row0, rows, io, n);" in kernels_c   # prefill_chunk > 1 here
-    assert plan.prefill_chunk > 1
+    assert plan.target.prefill_chunk > 1
 
 
 def test_header_takes_the_descriptors_variants(rendered):

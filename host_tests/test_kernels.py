@@ -367,7 +367,7 @@ def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_na
     board = boards.load(board_name)
     gen = tmp_path / "gen"
     ctx = boards.generate_engine(board, str(archive), str(gen), incbin_path=str(archive), kernels=family)
-    widths = sorted(cb.bits for cb in ctx.codebooks)
+    widths = sorted(cb.bits for cb in ctx.model.codebooks)
     assert widths == [2, 3, 4, 5]
     (tmp_path / "driver.c").write_text(DRIVER.replace("WIDTHS", ", ".join(map(str, widths))))
     exe = tmp_path / "driver"
@@ -404,7 +404,7 @@ def test_per_shape_instances_follow_the_archive(tmp_path):
     for family, suffixes in want.items():
         gen = tmp_path / family
         ctx = boards.generate_engine(host, str(archive), str(gen), incbin_path=str(archive), kernels=family)
-        assert {s.suffix for s in ctx.a8_shapes} == want["scalar"]
+        assert {s.suffix for s in ctx.model.a8_shapes} == want["scalar"]
         src = (gen / "needle_kernels.c").read_text()
         assert set(re.findall(r"^static void nk_gemv_a8_(\d+b_\d+g)\(", src, re.M)) == suffixes
 

@@ -6,7 +6,7 @@ quantiser and the attention reads (its template, under templates/kernels/).  Its
 code, which instruction set it is written for and which compiler flags and CPU features it
 needs, how the engine batches a prefill product with it, how decode attention runs on it, and
 which optional functions of the contract below it defines itself.  The templates read the
-row as `plan.family.<trait>`; the build reads it for flags (generator/build/flags.py) and
+row as `plan.target.family.<trait>`; the build reads it for flags (generator/build/flags.py) and
 for which boards and machines can build and run it (generator/build/boards.py).
 
 The contract (docs/architecture.md, "Adding a kernel family"): the family's template is

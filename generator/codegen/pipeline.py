@@ -32,7 +32,7 @@ ENGINE_FILES = {
 def template(name: str, engine: planner.EnginePlan) -> str:
     """The template that renders engine file `name` for this plan: needle_model.c from its
     generation's template (templates/model/needle2.c.j2, needle3.c.j2), the rest shared."""
-    return ENGINE_FILES[name].format(generation=engine.generation)
+    return ENGINE_FILES[name].format(generation=engine.model.generation)
 
 
 def outputs(board: dict | None = None) -> list[str]:
@@ -109,7 +109,7 @@ def contexts(archive_path: str, opts: planner.Options, incbin_path: str | None =
 def generate(archive_path: str, out_dir: str, opts: planner.Options | None = None,
              incbin_path: str | None = None, gnu_stack: bool = True) -> planner.EnginePlan:
     """Render every engine file into out_dir; returns the engine plan (for reports:
-    `.warnings`, `.kv.cache_bytes`, ...)."""
+    `.warnings`, `.model.kv.cache_bytes`, ...)."""
     opts = opts or planner.Options()
     board = opts.board_data
     refuse_output_is_input([("the engine file", Path(out_dir) / n) for n in outputs(board)],

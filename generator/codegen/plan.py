@@ -249,27 +249,37 @@ class HeadPlan:
 
 
 @dataclass(frozen=True)
-class EnginePlan:
-    """Everything the engine templates render, decided once, for either generation."""
+class TargetPlan:
+    """What the engine is compiled for: the kernel family and how the work is spread."""
 
-    provenance: Provenance
     family: KernelFamily                # the kernel family's descriptor (generator/codegen/families.py)
     threads: int                        # NEEDLE_THREADS: 1, or a pool of threads - 1 workers
     thread_grain: int                   # THREAD_GRAIN_BYTES (threads > 1)
     prefill_chunk: int                  # NEEDLE_PREFILL_CHUNK: tokens per pass over the weights
     soft_float: bool                    # butterflies, lane mixing and dot products through firmware/softfloat
-    warnings: tuple[str, ...]           # for the user (window choices that change numerics)
-    generation: int                     # 2 or 3
-    min_confidence_ppm: int             # the generation's recommended minimum call confidence
+    gnu_stack: bool                     # emit the .note.GNU-stack section (Linux targets)
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """Where the archive is and how the engine checks it is the one it was generated for."""
+
     archive_tag: int                    # the archive's first word, checked at boot
     boot_hash: int                      # FNV-1a 64 of bytes [0, boot_hash_bytes)
     boot_hash_bytes: int                # header + codebook + directory
     incbin_path: str                    # the archive path needle_archive.S includes
-    gnu_stack: bool                     # emit the .note.GNU-stack section (Linux targets)
     archive_file: bool                  # placement `file`: the archive is mapped from a file at start
     archive_partition: bool             # placement `partition`: boot hashes all of it (SHA-256)
     mcuboot: bool                       # board [slots]: boot confirms the MCUboot image once the checks pass
     archive_map_address: int            # ... at this address (needle_cact, defined at link time)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """The model: its generation, geometry, KV layout, exact constants and tensors."""
+
+    generation: int                     # 2 or 3
+    min_confidence_ppm: int             # the generation's recommended minimum call confidence
     # geometry (archive header)
     d_model: int
     vocab: int                          # embedding rows (token ids accepted)
@@ -326,11 +336,6 @@ class EnginePlan:
     # the distinct shapes of the A8 products (per-shape kernel instances)
     a8_shapes: tuple[A8Shape, ...] = ()
 
-    @property
-    def key_columns(self) -> bool:
-        """Decode attention transposes key rows with the family's nk_columns8: a CQ-coded cache
-        only (an int8 cache's scores are integer dots on the codes themselves)."""
-        return self.family.key_columns and self.kv.kv_bits != 8
 
     # ---- derived sizes ----
     @property
@@ -385,6 +390,26 @@ class EnginePlan:
     @property
     def fnv64_prime(self) -> int:
         return FNV64_PRIME
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """Everything the engine templates render, decided once, for either generation: the
+    model, the target it is compiled for, where its archive is placed, and where it came
+    from.  The templates read them as plan.model.<field>, plan.target.<field>,
+    plan.placement.<field> and plan.provenance.<field>."""
+
+    provenance: Provenance
+    target: TargetPlan
+    placement: PlacementPlan
+    model: ModelPlan
+    warnings: tuple[str, ...]           # for the user (window choices that change numerics)
+
+    @property
+    def key_columns(self) -> bool:
+        """Decode attention transposes key rows with the family's nk_columns8: a CQ-coded cache
+        only (an int8 cache's scores are integer dots on the codes themselves)."""
+        return self.target.family.key_columns and self.model.kv.kv_bits != 8
 
 
 # ---- building the plan ------------------------------------------------------------------
@@ -626,45 +651,66 @@ def _plan(a: Archive, opts: Options, incbin_path: str, gnu_stack: bool) -> Engin
         provenance=Provenance(archive_sha256=a.sha256(), archive_bytes=a.size,
                               generator_version=__version__, board=opts.board,
                               kv_window_option=opts.kv_window),
-        family=families.get(opts.kernels),
-        threads=check_threads(opts),
-        thread_grain=opts.thread_grain,
-        prefill_chunk=prefill_chunk(h, opts, window),
-        soft_float=opts.soft_float,
         warnings=tuple(warnings),
-        generation=gen,
-        min_confidence_ppm=calibration.min_confidence_ppm(gen),
-        archive_tag=h["tag"],
-        boot_hash=fnv1a64(memoryview(a.data)[:a.directory_end]),
-        boot_hash_bytes=a.directory_end,
-        incbin_path=incbin_path.replace("\\", "/"),
-        gnu_stack=gnu_stack,
-        archive_file=archive_in_file(opts),
-        archive_partition=bool(opts.board_data) and opts.board_data["archive"]["placement"] == "partition",
-        mcuboot=bool(opts.board_data) and "slots" in opts.board_data,
-        archive_map_address=archive_map_address(opts.board_data) if archive_in_file(opts) else 0,
-        d_model=h["d_model"], vocab=h["vocab"], out_vocab=geometry.output_rows(h),
-        num_layers=h["num_layers"], heads=h["num_heads"], kv_heads=h["num_kv_heads"],
-        qk_head_dim=hq, v_head_dim=hv, hada_n=h["hada_n"], lanes=h["mhc_lanes"],
-        max_seq=h["max_seq_len"], qkv_taps=taps, sliding_window=0 if gen == 2 else h["sliding_window"],
-        engram_sites=h["num_engram_sites"], engram_tables=tables, engram_slots=h["engram_slots"],
-        engram_sub_dim=h["engram_sub_dim"], engram_orders=orders, tables_per_order=per_order,
-        engram_seed_stride=per_order if gen == 2 or not h["engram_seed_heads"] else h["engram_seed_heads"],
-        engram_dilation=h["engram_conv_dilation"],
-        kv=geometry.kv_layout(h, window),
-        kv_cq_levels=kv_cq_levels,
-        sqrt_d=float(nm.sqrt_f32(h["d_model"])), sqrt_qk_head_dim=float(nm.sqrt_f32(hq)),
-        inv_sqrt_group=float(quant.inv_sqrt(CQ_GROUP)), inv_sqrt_hada_n=float(quant.inv_sqrt(h["hada_n"])),
-        inv_sqrt_kv_group=float(quant.inv_sqrt(KV_CQ_GROUP)),
-        rope_inv_freq=tuple(rope_inv_freq(hq, h["rope_theta"])),
-        widest_a8_input=max(m.padded_cols for m in gemv),
-        embedding=embedding, layers=layers, mhc=mhc, sites=sites,
-        final_norm=vector_ref(a, "final_norm"),
-        codebooks=tuple(codebook(bits, a.codebook) for bits in sorted({m.bits for m in all_cq})),
-        streamed_bytes=geometry.streamed_bytes_per_token(a),
-        macs_per_token=geometry.macs_per_token(a),
-        head_plans=_head_plans(a, opts.head_tokens),
-        head_tokens=opts.head_tokens if opts.head_tokens and a.heads else 0,
-        a8_shapes=a8_shapes([embedding, *gemv]),
-        **monarch,
+        target=TargetPlan(
+            family=families.get(opts.kernels),
+            threads=check_threads(opts),
+            thread_grain=opts.thread_grain,
+            prefill_chunk=prefill_chunk(h, opts, window),
+            soft_float=opts.soft_float,
+            gnu_stack=gnu_stack),
+        placement=PlacementPlan(
+            archive_tag=h["tag"],
+            boot_hash=fnv1a64(memoryview(a.data)[:a.directory_end]),
+            boot_hash_bytes=a.directory_end,
+            incbin_path=incbin_path.replace("\\", "/"),
+            archive_file=archive_in_file(opts),
+            archive_partition=bool(opts.board_data) and opts.board_data["archive"]["placement"] == "partition",
+            mcuboot=bool(opts.board_data) and "slots" in opts.board_data,
+            archive_map_address=archive_map_address(opts.board_data) if archive_in_file(opts) else 0),
+        model=ModelPlan(
+            generation=gen,
+            min_confidence_ppm=calibration.min_confidence_ppm(gen),
+            d_model=h["d_model"],
+            vocab=h["vocab"],
+            out_vocab=geometry.output_rows(h),
+            num_layers=h["num_layers"],
+            heads=h["num_heads"],
+            kv_heads=h["num_kv_heads"],
+            qk_head_dim=hq,
+            v_head_dim=hv,
+            hada_n=h["hada_n"],
+            lanes=h["mhc_lanes"],
+            max_seq=h["max_seq_len"],
+            qkv_taps=taps,
+            sliding_window=0 if gen == 2 else h["sliding_window"],
+            engram_sites=h["num_engram_sites"],
+            engram_tables=tables,
+            engram_slots=h["engram_slots"],
+            engram_sub_dim=h["engram_sub_dim"],
+            engram_orders=orders,
+            tables_per_order=per_order,
+            engram_seed_stride=per_order if gen == 2 or not h["engram_seed_heads"] else h["engram_seed_heads"],
+            engram_dilation=h["engram_conv_dilation"],
+            kv=geometry.kv_layout(h, window),
+            kv_cq_levels=kv_cq_levels,
+            sqrt_d=float(nm.sqrt_f32(h["d_model"])),
+            sqrt_qk_head_dim=float(nm.sqrt_f32(hq)),
+            inv_sqrt_group=float(quant.inv_sqrt(CQ_GROUP)),
+            inv_sqrt_hada_n=float(quant.inv_sqrt(h["hada_n"])),
+            inv_sqrt_kv_group=float(quant.inv_sqrt(KV_CQ_GROUP)),
+            rope_inv_freq=tuple(rope_inv_freq(hq, h["rope_theta"])),
+            widest_a8_input=max(m.padded_cols for m in gemv),
+            embedding=embedding,
+            layers=layers,
+            mhc=mhc,
+            sites=sites,
+            final_norm=vector_ref(a, "final_norm"),
+            codebooks=tuple(codebook(bits, a.codebook) for bits in sorted({m.bits for m in all_cq})),
+            streamed_bytes=geometry.streamed_bytes_per_token(a),
+            macs_per_token=geometry.macs_per_token(a),
+            head_plans=_head_plans(a, opts.head_tokens),
+            head_tokens=opts.head_tokens if opts.head_tokens and a.heads else 0,
+            a8_shapes=a8_shapes([embedding, *gemv]),
+            **monarch),
     )
