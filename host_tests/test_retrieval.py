@@ -20,7 +20,7 @@ from generator.tools.prompt import render_prompt_ids
 from generator.build import sdk
 from generator.tools.retrieval import retrieve, split_elements, tool_embeddings
 from generator.tools.schema import compile_tools
-from host_tests.scons_run import ROOT, scons
+from host_tests.scons_run import ROOT, scons, sdk_probe
 
 GOLDEN = ROOT / "host_tests" / "golden"
 TOOLS12 = ROOT / "host_tests" / "data" / "tools12.json"
@@ -207,16 +207,8 @@ def test_a_turn_parses_its_tools_once(tmp_path):
     renderer counts its passes; before the record each of these turns made three (retrieval's
     render, the prompt's, and the grammar's or the message's).  The message is the one those
     three passes gave."""
-    root = tmp_path / "lib"
-    scons("board=host", f"archive={GOLDEN / 'small' / 'archive.cact'}", f"build={root}", f"head_tokens={HEAD_TOKENS}",
-          "lib=1", "snapshot=0")
-    pc = root / sdk.SDK_DIR / "lib" / "pkgconfig"
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "needle"], env={"PKG_CONFIG_LIBDIR": str(pc)},
-                           capture_output=True, text=True, check=True).stdout.split()
-    src, exe = root / "probe.c", root / "probe"
-    src.write_text(PASSES_PROBE)
-    subprocess.run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src)] + flags,
-                   check=True)
+    exe = sdk_probe(tmp_path / "lib", PASSES_PROBE, f"archive={GOLDEN / 'small' / 'archive.cact'}",
+                    f"head_tokens={HEAD_TOKENS}")
     three = tmp_path / "three.json"
     three.write_text(json.dumps(json.loads(TOOLS12.read_text())[:3], indent=2))
 

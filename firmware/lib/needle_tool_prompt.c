@@ -512,7 +512,6 @@ static int pr_list(pr_json *j, const needle_toolset *read)
     }
     passes++;
     j->base = j->o->n;
-    j->o->high = j->o->n;
     return pr_json_minify(j);
 }
 
