@@ -58,3 +58,19 @@ def build_to_run(name: str, archive, build: Path) -> tuple[dict, Path]:
         pytest.skip(why)
     scons(f"board={name}", f"archive={archive}", f"build={build}")
     return board, build / ("needle.elf" if board["os"] == "none" else "needle")
+
+
+def sdk_probe(root: Path, source: str, *args) -> Path:
+    """A host engine built as a library into root (`scons board=host lib=1 snapshot=0 ARGS`,
+    the archive and tools among ARGS) and the C program `source` linked to its SDK through
+    pkg-config; the program's path."""
+    from generator.build import sdk
+    scons("board=host", f"build={root}", "lib=1", "snapshot=0", *args)
+    pc = root / sdk.SDK_DIR / "lib" / "pkgconfig"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "needle"], env={"PKG_CONFIG_LIBDIR": str(pc)},
+                           capture_output=True, text=True, check=True).stdout.split()
+    src, exe = root / "probe.c", root / "probe"
+    src.write_text(source)
+    subprocess.run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src)] + flags,
+                   check=True)
+    return exe

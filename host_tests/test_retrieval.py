@@ -20,7 +20,7 @@ from generator.tools.prompt import render_prompt_ids
 from generator.build import sdk
 from generator.tools.retrieval import retrieve, split_elements, tool_embeddings
 from generator.tools.schema import compile_tools
-from host_tests.scons_run import ROOT, scons
+from host_tests.scons_run import ROOT, scons, sdk_probe
 
 GOLDEN = ROOT / "host_tests" / "golden"
 TOOLS12 = ROOT / "host_tests" / "data" / "tools12.json"
@@ -162,3 +162,65 @@ def test_service_and_needle_run_retrieve_like_the_cli(builtin, tmp_path):
     run = json.loads(subprocess.run([str(exe), query, "64"], capture_output=True, text=True, check=True).stdout)
     assert run == {k: cli[k] for k in ("function_calls", "retrieved", "retrieval_tokens")}
 
+
+
+# ---- one pass over a turn's tools (issue 43 item 5; firmware/lib/needle_toolset.h) ----------------
+
+PASSES_PROBE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "needle_session.h"
+#include "needle_model.h"
+
+/* internal (firmware/lib/needle_toolset.h): the renderer's passes over a tools JSON so far */
+uint32_t needle_toolset_passes(void);
+
+int main(int argc, char **argv)
+{
+    static char tools[1 << 16], err[512];
+    static needle_envelope env;
+    FILE *f = fopen(argv[1], "rb");
+    size_t n = f ? fread(tools, 1, sizeof tools, f) : 0;
+    if (f) fclose(f);
+    if (needle_boot()) { fprintf(stderr, "%s\n", needle_error()); return 3; }
+    for (int i = 2; i < argc; i++) {
+        needle_call_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.tools_json = tools;
+        opt.tools_len = n;
+        opt.force_call = 1;
+        opt.max_new = 64;
+        uint32_t before = needle_toolset_passes();
+        int rc = needle_call(argv[i], &opt, &env, err, sizeof err);
+        printf("%d %u %u %s\n", rc, needle_toolset_passes() - before, env.retrieved_count, rc ? err : "");
+    }
+    return 0;
+}
+"""
+
+
+def test_a_turn_parses_its_tools_once(tmp_path):
+    """needle_call reads its tools JSON in one pass, whatever reads the list: retrieval of five
+    of 12 (the embedding head), the prompt, the grammar's compiler and the message of a query
+    too long for the prompt (it renders the list again to say how much room it leaves).  The
+    renderer counts its passes; before the record each of these turns made three (retrieval's
+    render, the prompt's, and the grammar's or the message's).  The message is the one those
+    three passes gave."""
+    exe = sdk_probe(tmp_path / "lib", PASSES_PROBE, f"archive={GOLDEN / 'small' / 'archive.cact'}",
+                    f"head_tokens={HEAD_TOKENS}")
+    three = tmp_path / "three.json"
+    three.write_text(json.dumps(json.loads(TOOLS12.read_text())[:3], indent=2))
+
+    def calls(tools, *queries):
+        proc = subprocess.run([str(exe), str(tools), *queries], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return [line.split(" ", 3) for line in proc.stdout.splitlines()]
+    (rc, passes, retrieved, msg), = calls(TOOLS12, QUERIES[0])
+    assert (rc, passes, retrieved) == ("0", "1", "5"), msg          # retrieval chose, the five were called
+    long_query = "lights " * 3000
+    (rc, passes, _, msg), (rc_long, passes_long, _, msg_long) = calls(three, QUERIES[0], long_query)
+    assert (rc, passes) == ("0", "1"), msg
+    assert (rc_long, passes_long) == ("-1", "1") and msg_long == (
+        "the query (21000 bytes) is too long: with this tool list the prompt holds 15672 bytes of it "
+        "(NEEDLE_TOK_MAX_TEXT 16384 bytes in all)")

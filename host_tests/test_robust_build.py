@@ -19,7 +19,7 @@ from generator.build import boards, sources
 from generator.codegen import families
 from generator.errors import CactError
 from generator.paths import FIRMWARE_DIR
-from host_tests.scons_run import scons
+from host_tests.scons_run import scons, sdk_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -276,17 +276,9 @@ int main(int argc, char **argv)
 @pytest.fixture(scope="module")
 def api_probe(tmp_path_factory):
     """A host engine with the demo's built-in tools as a library, and API_PROBE linked to it."""
-    from generator.build import sdk
     root = tmp_path_factory.mktemp("api")
-    scons("board=host", f"archive={GOLDEN / 'tiny' / 'archive.cact'}", f"build={root}",
-          f"tools={ROOT / 'demo' / 'tools.json'}", "lib=1", "snapshot=0")
-    pc = root / sdk.SDK_DIR / "lib" / "pkgconfig"
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "needle"], env={"PKG_CONFIG_LIBDIR": str(pc)},
-                           capture_output=True, text=True, check=True).stdout.split()
-    src, exe = root / "probe.c", root / "probe"
-    src.write_text(API_PROBE)
-    subprocess.run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src)] + flags,
-                   check=True)
+    exe = sdk_probe(root, API_PROBE, f"archive={GOLDEN / 'tiny' / 'archive.cact'}",
+                    f"tools={ROOT / 'demo' / 'tools.json'}")
     return root, exe
 
 

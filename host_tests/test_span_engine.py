@@ -197,19 +197,9 @@ def test_c_api_refuses_bad_span_input_with_code_and_message(tmp_path):
     NEEDLE_CALL_E_ENGINE with the message, a bad keyword NEEDLE_CALL_E_TOOLS; a good query calls
     with spans of itself."""
     import subprocess
-    from generator.build import sdk
-    from host_tests.scons_run import scons
+    from host_tests.scons_run import sdk_probe
     from host_tests.test_grammar_budget import ARCHIVE
-    root = tmp_path / "lib"
-    scons("board=host", f"archive={ARCHIVE}", f"build={root}", f"tools={ROOT / 'demo' / 'tools.json'}", "lib=1",
-          "snapshot=0")
-    pc = root / sdk.SDK_DIR / "lib" / "pkgconfig"
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "needle"], env={"PKG_CONFIG_LIBDIR": str(pc)},
-                           capture_output=True, text=True, check=True).stdout.split()
-    src, exe = root / "probe.c", root / "probe"
-    src.write_text(SPAN_PROBE)
-    subprocess.run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src)] + flags,
-                   check=True)
+    exe = sdk_probe(tmp_path / "lib", SPAN_PROBE, f"archive={ARCHIVE}", f"tools={ROOT / 'demo' / 'tools.json'}")
 
     def call(*args):
         proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)

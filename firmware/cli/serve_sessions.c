@@ -37,6 +37,7 @@
 
 #include "needle_model.h"
 #include "needle_retrieval.h"
+#include "needle_session_internal.h"
 #include "needle_tokenizer.h"
 #include "needle_tool_call.h"
 #include "serve_internal.h"
@@ -210,7 +211,8 @@ static const char *const STOP[] = { "eos", "im_end", "max_new", "context" };
 /* ---- constrained turns: "query" (unless "raw") and "results" (docs/serve.md) ------------- */
 static needle_grammar grammar;      /* of the session's last constrained query */
 static needle_retrieval retrieval;  /* its tools, where retrieval picked five (needle_retrieval.h) */
-static char chosen_tools[NEEDLE_TOK_MAX_TEXT + 1];
+static needle_toolset toolset;      /* a query's tools, parsed once: what retrieval, the prompt and */
+static char tools_text[NEEDLE_TOK_MAX_TEXT + 1];   /* the grammar read; its minified list */
 static int call_open;               /* the session's last answer was a call turn: "results" may follow */
 static needle_envelope envelope;
 static char results_text[NEEDLE_TOK_MAX_TEXT + 1];
@@ -448,6 +450,7 @@ void serve_handle(writer *w, size_t len)
             answer_error(w, &r, "\"date\" and \"system\" are too long together: at most %u bytes", NEEDLE_TOK_MAX_TEXT);
             return;
         }
+        needle_toolset_parse(&toolset, tools, tools_len, tools_text, sizeof tools_text);   /* its one pass */
         /* more than five tools, an engine with the embedding head, a fresh session (embedding
          * runs the engine from position 0): render the five the head picks (docs/serve.md) */
         if (!r.raw) {
@@ -455,8 +458,7 @@ void serve_handle(writer *w, size_t len)
             size_t chosen_len;
             const uint32_t was = needle_position();
             const char *list = fresh || (was == 0 && pending < 0)
-                ? needle_retrieve(tools, tools_len, r.query, chosen_tools, sizeof chosen_tools, &chosen_len,
-                                  &retrieval, err, sizeof err)
+                ? needle_retrieve_toolset(&toolset, r.query, NULL, 0, &chosen_len, &retrieval, err, sizeof err)
                 : tools;
             if (needle_position() != was) { pending = -1; call_open = 0; }   /* retrieval ran the engine */
             if (!list) {
@@ -465,8 +467,8 @@ void serve_handle(writer *w, size_t len)
             }
             if (list != tools) { tools = list; tools_len = chosen_len; }
         }
-        int n = needle_tool_prompt(tools, tools_len, r.query, system, r.plain_markers, prompt, sizeof prompt,
-                                   plain, &n_plain, err, sizeof err);
+        int n = needle_tool_prompt_toolset(&toolset, r.query, system, r.plain_markers, prompt, sizeof prompt, plain,
+                                           &n_plain, err, sizeof err);
         if (n < 0) {     /* E_TEXT: the query or system text, named in err, not the tool list */
             answer_error(w, &r, "%s%s", n == NEEDLE_PROMPT_E_TEXT ? "" : r.tools ? "\"tools\": " : "the --tools file: ",
                          as_request_keys(err));
@@ -479,7 +481,7 @@ void serve_handle(writer *w, size_t len)
             next_tools_len = tools_len;
             next_force = r.force_call;
         }
-        if (!r.raw && needle_call_grammar(&grammar, tools, tools_len, r.force_call, err, sizeof err)) {
+        if (!r.raw && needle_call_grammar_toolset(&grammar, &toolset, r.force_call, err, sizeof err)) {
             answer_error(w, &r, "%s%s", r.tools ? "\"tools\": " : "the --tools file: ", as_request_keys(err));
             restore_call(reopen);
             return;

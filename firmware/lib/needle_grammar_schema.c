@@ -6,6 +6,7 @@
 #include "needle_grammar_internal.h"
 
 #include "needle_tool_prompt.h"
+#include "needle_toolset.h"
 
 /* The refusal of an unknown keyword lists what is supported where it stood, short enough for
    a 256-byte error line with the tool and property names in front (schema.py says the same). */
@@ -641,8 +642,16 @@ static int text_too_long(ng_comp *c)
     return -1;
 }
 
+_Static_assert(NEEDLE_GRAMMAR_MAX_TOOLS <= NEEDLE_TOOLSET_MAX_TOOLS, "a record keeps every tool's threshold");
+
 int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size_t len, int force_call,
                            char *err, size_t errcap)
+{
+    return needle_grammar_compile_toolset(grammar, NULL, tools_json, len, force_call, err, errcap);
+}
+
+int needle_grammar_compile_toolset(needle_grammar *grammar, const needle_toolset *ts, const char *tools_json,
+                                   size_t len, int force_call, char *err, size_t errcap)
 {
     static char work[NEEDLE_GRAMMAR_TEXT_MAX + 96u];
     static ng_comp c;      /* static: frames stay small (the watches' stack guard is 1 KiB) */
@@ -659,10 +668,11 @@ int needle_grammar_compile(needle_grammar *grammar, const char *tools_json, size
     if (c.e.cap) err[0] = 0;
     ng_store *g = &store;
 
-    /* minify with the prompt's rules: render an empty query and keep the tools span */
+    /* minify with the prompt's rules: render an empty query and keep the tools span (the
+     * turn's record of the list, when there is one, has it minified already) */
     needle_prompt_untrusted u;
-    int n = needle_render_prompt_thresholds(tools_json, len, "", NULL, work, sizeof work, err, errcap, &u,
-                                            g->tool_ppm, NEEDLE_GRAMMAR_MAX_TOOLS);
+    int n = needle_toolset_render(ts, tools_json, len, "", NULL, work, sizeof work, err, errcap, &u, g->tool_ppm,
+                                  NEEDLE_GRAMMAR_MAX_TOOLS);
     if (n == NEEDLE_PROMPT_E_SPACE || (n >= 0 && u.span[0].len > NEEDLE_GRAMMAR_TEXT_MAX)) return text_too_long(&c);
     if (n < 0) return -1;
     memcpy(g->text, work + u.span[0].start, u.span[0].len);

@@ -6,6 +6,7 @@
 
 #include "needle_model.h"
 #include "needle_tokenizer.h"
+#include "needle_session_internal.h"
 #include "needle_tool_prompt.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list (and its embeddings) */
@@ -22,7 +23,6 @@ _Static_assert(NEEDLE_TOOLS_EMBED_DIM == EMBED_DIM, "the built-in embeddings are
 #endif
 static float tool_vec[NEEDLE_RETRIEVE_TOOLS][EMBED_DIM], query_vec[EMBED_DIM];
 static uint32_t embed_ids[NEEDLE_HEAD_TOKENS + 1u];
-static char minified[NEEDLE_TOK_MAX_TEXT + 1];   /* the prompt with the whole list, minified */
 
 static int fail(char *err, size_t cap, const char *a, uint32_t x, const char *b, uint32_t y, const char *c)
 {
@@ -46,28 +46,6 @@ static int fail(char *err, size_t cap, const char *a, uint32_t x, const char *b,
     }
     if (cap) err[at < cap ? at : cap - 1] = 0;
     return -1;
-}
-
-/* The top-level elements of a minified JSON array text[0..n): their byte ranges. */
-static uint32_t split_elements(const char *text, size_t n, size_t *start, size_t *end)
-{
-    uint32_t count = 0;
-    int depth = 0, in_string = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char c = text[i];
-        if (in_string) {
-            if (c == '\\') i++;
-            else if (c == '"') in_string = 0;
-            continue;
-        }
-        if (c == '"') in_string = 1;
-        if (c == '[' || c == '{') {
-            if (depth++ == 1 && count < NEEDLE_RETRIEVE_TOOLS) start[count] = i;
-        } else if (c == ']' || c == '}') {
-            if (--depth == 1 && count < NEEDLE_RETRIEVE_TOOLS) end[count++] = i + 1u;
-        }
-    }
-    return count;
 }
 
 /* BOS and text[0..n), markers plain, through the engine from position 0; the head's unit
@@ -102,29 +80,43 @@ static float dot(const float *a, const float *b)   /* ascending order, as the re
 const char *needle_retrieve(const char *tools_json, size_t len, const char *query, char *out, size_t cap,
                             size_t *out_len, needle_retrieval *r, char *err, size_t errcap)
 {
+#if NEEDLE_CAN_RETRIEVE
+    static char minified[NEEDLE_TOK_MAX_TEXT + 1];   /* the prompt with the whole list, minified */
+    static needle_toolset ts;
+    needle_toolset_parse(&ts, tools_json, len, minified, sizeof minified);
+    return needle_retrieve_toolset(&ts, query, out, cap, out_len, r, err, errcap);
+#else
     memset(r, 0, sizeof *r);
     *out_len = len;
+    (void)query; (void)out; (void)cap; (void)err; (void)errcap;
+    return tools_json;     /* no embedding head in this engine: every tool is rendered (n_chosen 0) */
+#endif
+}
+
+const char *needle_retrieve_toolset(needle_toolset *ts, const char *query, char *out, size_t cap, size_t *out_len,
+                                    needle_retrieval *r, char *err, size_t errcap)
+{
+    const char *tools_json = ts->json;
+    memset(r, 0, sizeof *r);
+    *out_len = ts->json_len;
 #if NEEDLE_CAN_RETRIEVE
-    needle_prompt_untrusted u;
-    static size_t start[NEEDLE_RETRIEVE_TOOLS], end[NEEDLE_RETRIEVE_TOOLS];
-    int n = needle_render_prompt_ex(tools_json, len, "", NULL, minified, sizeof minified, err, errcap, &u);
-    if (n < 0) return NULL;
-    const char *list = minified + u.span[0].start;          /* "[...]", minified */
-    r->count = split_elements(list, u.span[0].len, start, end);
-    if (r->count <= NEEDLE_RETRIEVE_TOP) return tools_json;
-    if (r->count > NEEDLE_RETRIEVE_TOOLS) {
-        fail(err, errcap, "the list holds more than ", NEEDLE_RETRIEVE_TOOLS, " tools", 0, NULL);
+    /* the record is the render of an empty query into a NEEDLE_TOK_MAX_TEXT buffer: its outcome */
+    if (ts->rc < 0) {
+        fail(err, errcap, ts->err, 0, NULL, 0, NULL);
         return NULL;
     }
+    const char *list = ts->list;                           /* "[...]", minified */
+    r->count = ts->count < NEEDLE_RETRIEVE_TOOLS ? ts->count : NEEDLE_RETRIEVE_TOOLS;   /* (as ever: the first 32) */
+    if (r->count <= NEEDLE_RETRIEVE_TOP) return tools_json;
     /* the built-in list's tools were embedded at build time (needle_tools.c); any other list's now */
     const float (*vec)[EMBED_DIM] = (const float (*)[EMBED_DIM])tool_vec;
 #ifdef NEEDLE_TOOLS_EMBEDDED
-    if (u.span[0].len == NEEDLE_TOOLS_JSON_BYTES && !memcmp(list, needle_tools_json, NEEDLE_TOOLS_JSON_BYTES))
+    if (ts->len == NEEDLE_TOOLS_JSON_BYTES && !memcmp(list, needle_tools_json, NEEDLE_TOOLS_JSON_BYTES))
         vec = needle_tools_embedding;
     else
 #endif
     for (uint32_t i = 0; i < r->count; i++)
-        if (embed(list + start[i], end[i] - start[i], tool_vec[i], "tool ", i, &r->tokens, err, errcap))
+        if (embed(list + ts->start[i], ts->end[i] - ts->start[i], tool_vec[i], "tool ", i, &r->tokens, err, errcap))
             return NULL;
     if (embed(query, strlen(query), query_vec, "the query", 0, &r->tokens, err, errcap)) return NULL;
     needle_reset();
@@ -139,22 +131,27 @@ const char *needle_retrieve(const char *tools_json, size_t len, const char *quer
         taken |= 1u << best;
     }
     size_t at = 0;
+    if (!out) {     /* in place: each object moves left, past what is written (a ',' parts the list's) */
+        out = (char *)ts->list;
+        cap = ts->len + 1u;
+    }
     out[at++] = '[';
     for (uint32_t i = 0; i < r->count; i++) {
         if (!(taken >> i & 1u)) continue;
-        const size_t m = end[i] - start[i];
+        const size_t m = ts->end[i] - ts->start[i];
         if (at + m + 2u > cap) {
             fail(err, errcap, "the five tools chosen do not fit the prompt", 0, NULL, 0, NULL);
             return NULL;
         }
         if (r->n_chosen) out[at++] = ',';
-        memcpy(out + at, list + start[i], m);
+        memmove(out + at, list + ts->start[i], m);
         at += m;
         r->chosen[r->n_chosen++] = i;
     }
     out[at++] = ']';
     out[at] = 0;
     *out_len = at;
+    needle_toolset_choose(ts, out, at, r->chosen, r->n_chosen);   /* the prompt and grammar read these five */
     return out;
 #else
     (void)query; (void)out; (void)cap; (void)err; (void)errcap;

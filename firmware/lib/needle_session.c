@@ -8,6 +8,7 @@
 
 #include "needle_model.h"
 #include "needle_retrieval.h"
+#include "needle_session_internal.h"
 #include "needle_tool_prompt.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list */
@@ -70,11 +71,11 @@ static char *u32_text(char *at, uint32_t v);
 /* The prompt did not fit out[0..cap): when the tool list alone fits, the query and the system
  * text are what is too long, and err names them and the bytes the list leaves them
  * (NEEDLE_PROMPT_E_TEXT); otherwise the list itself is (NEEDLE_PROMPT_E_SPACE, err as is). */
-static int text_too_long(const char *tools_json, size_t tools_len, const char *query, const char *system,
-                         char *out, size_t cap, char *err, size_t errcap)
+static int text_too_long(const needle_toolset *ts, const char *tools_json, size_t tools_len, const char *query,
+                         const char *system, char *out, size_t cap, char *err, size_t errcap)
 {
     needle_prompt_untrusted u;
-    int base = needle_render_prompt_ex(tools_json, tools_len, "", NULL, out, cap, NULL, 0, &u);
+    int base = needle_toolset_render(ts, tools_json, tools_len, "", NULL, out, cap, NULL, 0, &u, NULL, 0);
     if (base < 0) return NEEDLE_PROMPT_E_SPACE;
     if (cap) out[0] = 0;
     /* a system turn adds its markers, "<|im_start|>system\n" and "<|im_end|>\n" */
@@ -98,14 +99,16 @@ static int text_too_long(const char *tools_json, size_t tools_len, const char *q
     return NEEDLE_PROMPT_E_TEXT;
 }
 
-int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
-                       int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
-                       char *err, size_t errcap)
+/* needle_tool_prompt of tools_json[0..tools_len), reading its record ts when there is one. */
+static int tool_prompt(const needle_toolset *ts, const char *tools_json, size_t tools_len, const char *query,
+                       const char *system, int plain_markers, char *out, size_t cap, needle_tok_span *plain,
+                       size_t *n_plain, char *err, size_t errcap)
 {
     needle_prompt_untrusted untrusted;
-    int n = needle_render_prompt_ex(tools_json, tools_len, query, system, out, cap, err, errcap, &untrusted);
+    int n = needle_toolset_render(ts, tools_json, tools_len, query, system, out, cap, err, errcap, &untrusted, NULL,
+                                  0);
     if (n == NEEDLE_PROMPT_E_SPACE && cap > 0u)
-        n = text_too_long(tools_json, tools_len, query, system, out, cap, err, errcap);
+        n = text_too_long(ts, tools_json, tools_len, query, system, out, cap, err, errcap);
     /* plain markers: the caller's parts (system, tools JSON, query) have markers off */
     *n_plain = 0;
     for (; n >= 0 && plain_markers && *n_plain < untrusted.n; ++*n_plain) {
@@ -113,6 +116,22 @@ int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *que
         plain[*n_plain].len = untrusted.span[*n_plain].len;
     }
     return n;
+}
+
+int needle_tool_prompt(const char *tools_json, size_t tools_len, const char *query, const char *system,
+                       int plain_markers, char *out, size_t cap, needle_tok_span *plain, size_t *n_plain,
+                       char *err, size_t errcap)
+{
+    return tool_prompt(NULL, tools_json, tools_len, query, system, plain_markers, out, cap, plain, n_plain, err,
+                       errcap);
+}
+
+int needle_tool_prompt_toolset(const needle_toolset *ts, const char *query, const char *system, int plain_markers,
+                               char *out, size_t cap, needle_tok_span *plain, size_t *n_plain, char *err,
+                               size_t errcap)
+{
+    return tool_prompt(ts, ts->json, ts->json_len, query, system, plain_markers, out, cap, plain, n_plain, err,
+                       errcap);
 }
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -206,7 +225,9 @@ int32_t needle_generate(const char *prompt, uint32_t max_new, needle_on_token on
 
 static needle_grammar grammar;           /* the conversation's tools */
 static needle_retrieval retrieval;       /* the five it rendered, where retrieval picked them */
-static char chosen[NEEDLE_TOK_MAX_TEXT + 1], facts[NEEDLE_TOK_MAX_TEXT + 1];
+static needle_toolset toolset;           /* the turn's tools, parsed once: what retrieval, the prompt */
+static char tools_text[NEEDLE_TOK_MAX_TEXT + 1];   /* and the grammar read; its minified list */
+static char facts[NEEDLE_TOK_MAX_TEXT + 1];
 static uint32_t turn_at, turn_len;       /* the last turn's ids: ids[turn_at .. turn_at + turn_len) */
 static uint32_t turn_max_new;            /* the conversation's budget per turn */
 static uint32_t judge_ppm;               /* the conversation's minimum confidence (ppm) */
@@ -251,19 +272,18 @@ int needle_call(const char *query, const needle_call_options *opt, needle_envelo
     if (opt->date && !(system = needle_system_facts(system, opt->date, facts, sizeof facts)))
         return say(err, errcap, "the date and the system text are too long together", NULL, NEEDLE_CALL_E_ENGINE);
     needle_reset();
-    /* more than five tools and the embedding head: the five best for the query */
+    needle_toolset_parse(&toolset, tools, tools_len, tools_text, sizeof tools_text);   /* its one pass */
+    /* more than five tools and the embedding head: the five best for the query, over the list */
     size_t chosen_len;
-    const char *list = needle_retrieve(tools, tools_len, query, chosen, sizeof chosen, &chosen_len, &retrieval,
-                                       err, errcap);
-    if (!list) return NEEDLE_CALL_E_TOOLS;
-    if (list != tools) { tools = list; tools_len = chosen_len; }
+    if (!needle_retrieve_toolset(&toolset, query, NULL, 0, &chosen_len, &retrieval, err, errcap))
+        return NEEDLE_CALL_E_TOOLS;
     needle_tok_span plain[NEEDLE_PROMPT_MAX_UNTRUSTED];
     size_t n_plain;
-    int n = needle_tool_prompt(tools, tools_len, query, system, opt->plain_markers, text, sizeof text, plain,
-                               &n_plain, err, errcap);
+    int n = needle_tool_prompt_toolset(&toolset, query, system, opt->plain_markers, text, sizeof text, plain,
+                                       &n_plain, err, errcap);
     if (n == NEEDLE_PROMPT_E_TEXT) return NEEDLE_CALL_E_ENGINE;   /* the query or system text, not the list */
     if (n < 0) return NEEDLE_CALL_E_TOOLS;
-    if (needle_call_grammar(&grammar, tools, tools_len, opt->force_call, err, errcap)) return NEEDLE_CALL_E_TOOLS;
+    if (needle_call_grammar_toolset(&grammar, &toolset, opt->force_call, err, errcap)) return NEEDLE_CALL_E_TOOLS;
     if (needle_grammar_set_query(&grammar, query, strlen(query), opt->span_strings, err, errcap))
         return NEEDLE_CALL_E_ENGINE;     /* the query, not the list: nothing decoded */
     int32_t k = encode(text, (size_t)n, plain, n_plain, ids, err, errcap);

@@ -11,6 +11,7 @@
 #include "needle_model.h"
 #include "needle_tokenizer.h"
 #include "needle_tool_call_internal.h"
+#include "needle_session_internal.h"
 #ifdef NEEDLE_TOOLS_BUILTIN
 #include "needle_tools.h"     /* scons tools=FILE: the built-in list and its tables in flash */
 #endif
@@ -385,8 +386,9 @@ int32_t needle_prefix_restore(const uint32_t *ids, uint32_t n)
     return 0;
 }
 
-int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, int force_call, char *err,
-                        size_t errcap)
+/* needle_call_grammar of tools_json[0..len), reading its record ts when there is one. */
+static int call_grammar(needle_grammar *g, const needle_toolset *ts, const char *tools_json, size_t len,
+                        int force_call, char *err, size_t errcap)
 {
 #ifdef NEEDLE_TOOLS_BUILTIN
     const needle_grammar *builtin = needle_tools_grammar(force_call);
@@ -396,9 +398,9 @@ int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, i
     }
 #endif
 #if NEEDLE_GRAMMAR_RUNTIME
-    return needle_grammar_compile(g, tools_json, len, force_call, err, errcap);
+    return needle_grammar_compile_toolset(g, ts, tools_json, len, force_call, err, errcap);
 #else
-    (void)g; (void)tools_json; (void)len; (void)force_call;
+    (void)g; (void)ts; (void)tools_json; (void)len; (void)force_call;
     if (errcap) {
         static const char msg[] = "this firmware calls only its built-in tools (its board file sets [grammar] "
                                   "runtime = false)";
@@ -408,6 +410,18 @@ int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, i
     }
     return -1;
 #endif
+}
+
+int needle_call_grammar(needle_grammar *g, const char *tools_json, size_t len, int force_call, char *err,
+                        size_t errcap)
+{
+    return call_grammar(g, NULL, tools_json, len, force_call, err, errcap);
+}
+
+int needle_call_grammar_toolset(needle_grammar *g, const needle_toolset *ts, int force_call, char *err,
+                                size_t errcap)
+{
+    return call_grammar(g, ts, ts->json, ts->json_len, force_call, err, errcap);
 }
 
 int needle_call_turn(const needle_grammar *g, uint32_t *ids, uint32_t n, uint32_t max_new,

@@ -7,6 +7,7 @@
  */
 #include "needle_tool_prompt.h"
 #include "needle_json_scan.h"
+#include "needle_toolset.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@ typedef struct {
     char *out;
     size_t room;    /* bytes that may be written (cap - 1 for the NUL) */
     size_t n;       /* bytes of the full prompt so far */
+    size_t high;    /* the most it held at once (an extension's bytes are unwritten) */
     int overflow;   /* out[] could not hold everything */
 } pr_out;
 
@@ -30,6 +32,7 @@ static void pr_put(pr_out *o, const void *p, size_t n)
         o->overflow = 1;
     }
     o->n += n;
+    if (o->n > o->high) o->high = o->n;
 }
 
 static void pr_put_str(pr_out *o, const char *s)
@@ -144,6 +147,8 @@ typedef struct {
     pr_err *e;
     int32_t *ppm;          /* each tool's "x-needle-min-confidence", parts per million (-1: none) ... */
     size_t ppm_cap;        /* ... for the first ppm_cap tools (ppm may be NULL) */
+    needle_toolset *ts;    /* the record the pass fills (NULL: none), */
+    size_t base;           /* the list's offset in the output */
 } pr_json;
 
 /* Our extension on a tool object (docs/grammar.md §5a), never rendered: keys beginning with
@@ -305,6 +310,8 @@ static int pr_json_minify(pr_json *j)
                 pr_put_byte(j->o, c);
                 j->pos++;
                 if (depth == 2) drop_comma = 0;
+                if (depth == 2 && j->ts && tools - 1u < NEEDLE_TOOLSET_MAX_TOOLS)
+                    j->ts->end[tools - 1u] = (uint32_t)(j->o->n - j->base);
                 depth--;
             } else {
                 return pr_fail(j, j->pos, obj ? "expected ',' or '}'" : "expected ',' or ']'", NULL);
@@ -356,6 +363,10 @@ static int pr_json_minify(pr_json *j)
             if (depth == 1) {
                 tools++;
                 ext_seen = 0;
+                if (j->ts) {
+                    j->ts->count = (uint32_t)tools;
+                    if (tools - 1u < NEEDLE_TOOLSET_MAX_TOOLS) j->ts->start[tools - 1u] = (uint32_t)(j->o->n - j->base);
+                }
                 if (j->ppm && tools - 1u < j->ppm_cap) j->ppm[tools - 1u] = -1;
                 if (c != '{') {
                     char num[24];
@@ -379,6 +390,8 @@ static int pr_json_minify(pr_json *j)
                     pr_put_byte(j->o, j->s[j->pos]);
                     j->pos++;
                     depth--;
+                    if (depth == 1 && j->ts && tools - 1u < NEEDLE_TOOLSET_MAX_TOOLS)   /* a tool {} */
+                        j->ts->end[tools - 1u] = (uint32_t)(j->o->n - j->base);
                     state = PR_AFTER;
                 } else {
                     state = c == '{' ? PR_FIRST_KEY : PR_VALUE;
@@ -480,9 +493,31 @@ int needle_render_prompt_ex(const char *tools_json, size_t len, const char *quer
     return needle_render_prompt_thresholds(tools_json, len, query, system, out, cap, err, errcap, untrusted, NULL, 0);
 }
 
-int needle_render_prompt_thresholds(const char *tools_json, size_t len, const char *query, const char *system,
-                                    char *out, size_t cap, char *err, size_t errcap,
-                                    needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap)
+static uint32_t passes;    /* pr_json_minify runs (needle_toolset_passes) */
+
+/* The list part of a render at o->n: read from the record `read` when its pass checked all a
+ * pass here would (it never overflowed in the list, and neither would this one: the list's
+ * most bytes fit after this prefix), else one pass over the JSON, filling `fill` if given. */
+static int pr_list(pr_json *j, const needle_toolset *read)
+{
+    if (read && read->exact && j->o->n <= j->o->room && read->high <= j->o->room - j->o->n) {
+        size_t k, seen = read->count < NEEDLE_TOOLSET_MAX_TOOLS ? read->count : NEEDLE_TOOLSET_MAX_TOOLS;
+        for (k = 0; j->ppm && k < seen && k < j->ppm_cap; k++) j->ppm[k] = read->ppm[k];
+        if (read->list_rc) {
+            pr_err_str(j->e, read->err);
+            return read->list_rc;
+        }
+        pr_put(j->o, read->list, read->len);
+        return 0;
+    }
+    passes++;
+    j->base = j->o->n;
+    return pr_json_minify(j);
+}
+
+static int pr_render(const char *tools_json, size_t len, const needle_toolset *read, needle_toolset *fill,
+                     const char *query, const char *system, char *out, size_t cap, char *err, size_t errcap,
+                     needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap)
 {
     pr_out o;
     pr_err e;
@@ -502,6 +537,7 @@ int needle_render_prompt_thresholds(const char *tools_json, size_t len, const ch
     o.out = out;
     o.room = (out && cap > 0u) ? cap - 1u : 0u;
     o.n = 0;
+    o.high = 0;
     o.overflow = 0;
     if (out && cap > 0u) out[0] = '\0';
 
@@ -554,7 +590,15 @@ int needle_render_prompt_thresholds(const char *tools_json, size_t len, const ch
     j.e = &e;
     j.ppm = ppm;
     j.ppm_cap = ppm_cap;
-    rc = pr_json_minify(&j);
+    j.ts = fill;
+    rc = pr_list(&j, read);
+    if (fill) {    /* what the pass found, for the readers of the record */
+        fill->list_rc = rc;
+        fill->exact = !o.overflow;
+        fill->high = o.high - at;
+        fill->list = out + at;
+        fill->len = o.n - at;
+    }
     if (rc) {
         if (out && cap > 0u) out[0] = '\0';
         return rc;
@@ -578,4 +622,53 @@ int needle_render_prompt_thresholds(const char *tools_json, size_t len, const ch
     out[o.n] = '\0';
     if (untrusted) *untrusted = u;
     return (int)o.n;
+}
+
+int needle_render_prompt_thresholds(const char *tools_json, size_t len, const char *query, const char *system,
+                                    char *out, size_t cap, char *err, size_t errcap,
+                                    needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap)
+{
+    return pr_render(tools_json, len, NULL, NULL, query, system, out, cap, err, errcap, untrusted, ppm, ppm_cap);
+}
+
+/* ------------------------------------------------------------------ the tool set */
+
+int needle_toolset_parse(needle_toolset *ts, const char *tools_json, size_t len, char *text, size_t cap)
+{
+    memset(ts, 0, sizeof *ts);
+    ts->json = tools_json;
+    ts->json_len = len;
+    ts->list_rc = NEEDLE_PROMPT_E_JSON;    /* until the pass says otherwise ("tools JSON is NULL") */
+    ts->rc = pr_render(tools_json, len, NULL, ts, "", NULL, text, cap, ts->err, sizeof ts->err, NULL, ts->ppm,
+                       NEEDLE_TOOLSET_MAX_TOOLS);
+    return ts->rc;
+}
+
+int needle_toolset_render(const needle_toolset *ts, const char *tools_json, size_t len, const char *query,
+                          const char *system, char *out, size_t cap, char *err, size_t errcap,
+                          needle_prompt_untrusted *untrusted, int32_t *ppm, size_t ppm_cap)
+{
+    return pr_render(tools_json, len, ts, NULL, query, system, out, cap, err, errcap, untrusted, ppm, ppm_cap);
+}
+
+void needle_toolset_choose(needle_toolset *ts, const char *list, size_t len, const uint32_t *chosen, uint32_t n)
+{
+    uint32_t at = 1u;     /* past the '[' */
+    for (uint32_t k = 0; k < n; k++) {
+        const uint32_t m = ts->end[chosen[k]] - ts->start[chosen[k]];
+        ts->start[k] = at;
+        ts->end[k] = at + m;
+        ts->ppm[k] = -1;
+        at += m + 1u;     /* and the ',' or ']' */
+    }
+    ts->json = ts->list = list;
+    ts->json_len = ts->len = ts->high = len;
+    ts->count = n;
+    ts->list_rc = 0;
+    ts->exact = 1;
+}
+
+uint32_t needle_toolset_passes(void)
+{
+    return passes;
 }
