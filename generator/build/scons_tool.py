@@ -58,7 +58,9 @@ SIGNATURE_SOURCES = ("generator/__init__.py", "generator/paths.py", "generator/e
                      "generator/model/numerics.py", "generator/model/geometry.py",
                      "generator/model/calibration.py",  # NEEDLE_MIN_CONFIDENCE_PPM
                      "generator/codegen/*.py", "generator/build/__init__.py",
-                     "generator/build/boards.py", "generator/tools/__init__.py",
+                     "generator/build/boards.py",
+                     "generator/build/sources.py",     # boards.py's HAL and run-time lists
+                     "generator/tools/__init__.py",
                      "generator/tools/tables.py",      # boards.py checks [grammar] with it
                      "templates/*.j2", "templates/kernels/*.j2", "templates/model/*.j2")
 
