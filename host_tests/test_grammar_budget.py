@@ -118,7 +118,9 @@ def test_runtime_false_keeps_only_the_built_in_list(board_dir, tmp_path, board_r
     with open(build / "needle.elf", "rb") as fh:
         names = {s.name for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols()}
     assert "needle_grammar_compile" not in names and "store" not in names and "tools_file" not in names
-    assert "needle_call_grammar" in names
+    # the library's turn reaches the grammar through its parsed tool record; the built-in
+    # tables are what it returns
+    assert "needle_call_grammar_toolset" in names and "needle_tools_grammar" in names
     query = "set a timer for ten minutes"
     engine = board_runner(board, build / "needle.elf")
     got = engine.run(["--query", query, "--force-call", "--max-new", "64"], cwd=tmp_path, timeout=600, text=False)
