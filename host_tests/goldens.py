@@ -6,7 +6,7 @@ from pathlib import Path
 
 from generator.archive import reader
 from generator.archive.tokenizer import Tokenizer
-from generator.model import reference
+from generator.model import reference as model_reference
 from host_tests.scons_run import ROOT, scons
 
 GOLDEN = ROOT / "host_tests" / "golden"
@@ -17,7 +17,7 @@ def reference(name: str):
     """(a8 reference model, tokenizer) of golden archive `name`."""
     a = reader.read((GOLDEN / name / "archive.cact").read_bytes())
     tok = Tokenizer.from_blob(a.tokenizer_blob())
-    return reference(a, "a8"), tok
+    return model_reference(a, "a8"), tok
 
 
 def host_engines(root: Path, *options: str) -> Path:
