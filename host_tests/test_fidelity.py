@@ -8,12 +8,14 @@ bit) and the float reference sums each product row in float64 and rounds once
 about 1e-7 between machines (one float32 ulp in a few logits).  The floors sit 0.0001 to
 0.0002 under the figures measured (rounded down to four decimals), a thousand times that noise,
 and under the smallest change a numerics revision has made to them (numerics version 3 moved
-the goldens' worst cosines by 0.0002 to 0.0006). A change that lowers a figure below its floor
+the goldens' worst cosines by 0.0002 to 0.0006; version 4 moved these figures by 0.00005 to
+0.0007). A change that lowers a figure below its floor
 fails here and must argue its case in its commit, with the new table.
 
 Clear top-1 is 1.000 on every case and pinned there: at a clear position (the float model's top
 two logits apart by more than 0.1 of the largest |logit|) a flip needs an a8 error of 0.05 of
-it on two logits at once, beyond the largest measured on the goldens (0.045).
+it on two logits at once, in opposite directions; the largest on any one logit of the goldens
+is 0.056 (n3-rung).
 
 Tier: none of them (Python only, but about 20 s of reference runs, which the quick tier's minute
 cannot hold); the published geometries are slow.
@@ -26,12 +28,13 @@ import pytest
 from bench import fidelity
 from generator.model import Needle2
 
-# case -> worst-position cosine floor (measured: tiny 0.99880, small 0.99677, needle3-tiny 0.99845,
-# needle3-small 0.99885, needle2-demo 0.99885, needle3-demo 0.99816; needle2-base and needle3-base
-# in the slow tier)
-FLOOR = {"tiny": 0.9987, "small": 0.9966, "needle3-tiny": 0.9983, "needle3-small": 0.9987,
-         "needle2-demo": 0.9987, "needle3-demo": 0.9980}
-LARGE_FLOOR = {"needle2-base": 0.9995, "needle3-base": 0.9906}   # measured 0.99961, 0.99072 (93 s)
+# case -> worst-position cosine floor (measured under numerics version 4, f16 KV scales: tiny
+# 0.99906, small 0.99746, needle3-tiny 0.99834, needle3-small 0.99879, needle2-demo 0.99906,
+# needle3-demo 0.99841; needle2-base and needle3-base in the slow tier).  Version 4 moved the
+# worst positions by -0.00011 (needle3-tiny) to +0.00069 (small), the means by at most 0.00002.
+FLOOR = {"tiny": 0.9989, "small": 0.9973, "needle3-tiny": 0.9982, "needle3-small": 0.9986,
+         "needle2-demo": 0.9989, "needle3-demo": 0.9983}
+LARGE_FLOOR = {"needle2-base": 0.9994, "needle3-base": 0.9927}   # measured 0.99955, 0.99283
 
 
 def check(case: str, floor: float) -> None:

@@ -124,9 +124,9 @@ def test_json_heads_tokenizer_session_ram(tiny_json):
     ram = tiny_json["session_ram"]
     assert set(ram) == {"window", "local_window", "kv_bits", "bytes_per_position", "kv_bytes",
                         "engram_history_bytes", "total_bytes"}
-    # int8 KV: per layer and KV head, K and V of 16 values + one f32 scale per 32 values
+    # int8 KV: per layer and KV head, K and V of 16 values + one f16 scale per 32 values
     assert ram["window"] == 64 and ram["kv_bits"] == 8
-    assert ram["bytes_per_position"] == 2 * 2 * (16 + 4) * 2
+    assert ram["bytes_per_position"] == 2 * 2 * (16 + 2) * 2
     assert ram["kv_bytes"] == 64 * ram["bytes_per_position"]
     assert ram["engram_history_bytes"] == 2 * (3 * 3 + 1) * 64 * 4
     assert ram["total_bytes"] == ram["kv_bytes"] + ram["engram_history_bytes"]
@@ -292,7 +292,9 @@ def test_needle2_base_session_ram(base_summary):
     a, s = base_summary
     ram = s["session_ram"]
     assert ram["window"] == 256
-    assert ram["bytes_per_position"] == 27 * 4 * 2 * (64 + 4 * 2) == 15_552
+    # 27 layers x 4 KV heads x keys and values x (64 codes + 2 f16 scales): 256 positions fit
+    # 4 MiB (3,760,128 bytes; f32 scales made it 15,552 a position, 3,981,312)
+    assert ram["bytes_per_position"] == 27 * 4 * 2 * (64 + 2 * 2) == 14_688
     assert ram["engram_history_bytes"] == 2 * (3 * 3 + 1) * 512 * 4
     derived = dataclasses.replace(a, header={**a.header, "kv_window": 0})
     assert inspect.kv_ram(derived)["window"] == 704

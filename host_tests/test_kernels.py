@@ -436,3 +436,101 @@ def test_one_width_archives_build_on_clang_boards(board_name, bitmap, tmp_path):
     archive = tmp_path / "one-width.cact"
     archive.write_bytes(synth.synthesize("tiny", 1, bitmap=bitmap))
     scons(f"board={board_name}", f"archive={archive}", f"build={tmp_path / 'build'}")
+
+
+# ---- the int8 KV cache's store: f16 scales (docs/numerics.md §5.1, numerics version 4) ---
+
+KV_DRIVER = r"""
+#include "needle_kernels.c"
+#include <stdio.h>
+
+/* kv_in.bin: count, then per vector its group and 64 floats; kv_out.bin: per vector the
+ * 64 codes and the (64 / group, rounded up) f16 scales nk_kv_store writes */
+int main(void)
+{
+    FILE *in = fopen("kv_in.bin", "rb"), *out = fopen("kv_out.bin", "wb");
+    uint32_t count, group;
+    float x[64];
+    int8_t code[64];
+    uint16_t scale[64];
+    if (!in || !out || fread(&count, 4, 1, in) != 1) return 2;
+    for (uint32_t v = 0; v < count; v++) {
+        if (fread(&group, 4, 1, in) != 1 || fread(x, 4, 64, in) != 64) return 3;
+        nk_kv_store(code, scale, x, 64, group);
+        fwrite(code, 1, 64, out);
+        fwrite(scale, 2, (64 + group - 1) / group, out);
+    }
+    fclose(out);
+    printf("%u\n", (unsigned)count);
+    return 0;
+}
+"""
+
+
+def _kv_vectors() -> list[tuple[int, np.ndarray]]:
+    """Head vectors whose scales land everywhere the f16 rounding has a case: ordinary, exact
+    ties (to even, in the normal and the subnormal range), subnormal, at or below 2^-25 (+0),
+    at and past 65504 (saturated), all zero (an infinite value has no agreed code, scale aside); groups of 32 (Needle 2), 48 and 64
+    (Needle 3's one group per head)."""
+    rng = np.random.default_rng(46)
+    amaxes = [127 * (1 + 2.0 ** -11), 127 * (1 + 3 * 2.0 ** -11), 127 * 3 * 2.0 ** -25, 127 * 2.0 ** -25,
+              127 * 2.0 ** -20, 127 * 5 * 2.0 ** -24, 1e-3, 0.5, 7.0, 127 * 65504.0, 127 * 65519.0,
+              127 * 65520.0, 1e30, 0.0]
+    out = []
+    for i in range(300):
+        group = (32, 48, 64)[i % 3]
+        x = rng.normal(size=64).astype(np.float32) * np.float32(10.0 ** rng.uniform(-6, 2))
+        if i < 3 * len(amaxes):
+            a = np.float32(amaxes[i // 3])
+            x = (x / np.float32(np.abs(x).max()) * np.float32(min(a, 1.0))).astype(np.float32) if a else x * 0
+            x[0::group] = a                     # every group's largest |value| is exactly a
+        out.append((group, x.astype(np.float32)))
+    return out
+
+
+def test_kv_scale16_rounds_to_nearest_even_and_saturates():
+    """The rule by hand: ties go to the even f16, 2^-25 (halfway to the least subnormal) to +0,
+    3 * 2^-25 to 2^-23, and from 65520 (where f16 rounding overflows) up, infinity included,
+    the scale is 65504."""
+    from generator.model import numerics as nm
+    got = nm.kv_scale16(np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, 2 ** -25, 3 * 2 ** -25, 2 ** -20,
+                                  65519.0, 65520.0, 1e30, np.inf, 0.0], np.float32))
+    assert got.tolist() == [1.0, 1 + 2 ** -9, 0.0, 2 ** -23, 2 ** -20, 65504.0, 65504.0, 65504.0, 65504.0, 0.0]
+
+
+@pytest.mark.parametrize("board_name", ["host", "router-mt7621"])
+def test_kv_store_is_the_references(board_name, tmp_path, board_runner):   # one store for every family
+    """nk_kv_store's codes and f16 scales equal the reference's kv_int8_codes bit for bit on
+    the host and on a soft-float MIPS router (nk_f32_to_f16 in integer operations)."""
+    from generator.model import numerics as nm
+    board = boards.load(board_name)
+    why = boards.missing_tools(board, run=True)
+    if why:
+        pytest.skip(why)
+    gen = tmp_path / "gen"
+    archive = GOLDEN / "tiny" / "archive.cact"
+    boards.generate_engine(board, str(archive), str(gen), incbin_path=str(archive), kernels="scalar")
+    (tmp_path / "driver.c").write_text(KV_DRIVER)
+    exe = tmp_path / "driver"
+    proc = subprocess.run([*boards.compiler_argv(board), *flags.compile_flags(board, "scalar"), f"-I{gen}",
+                           str(tmp_path / "driver.c"), *runtime_paths(board), *flags.link_flags(board),
+                           "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    vectors = _kv_vectors()
+    with open(tmp_path / "kv_in.bin", "wb") as f:
+        f.write(np.uint32(len(vectors)).tobytes())
+        for group, x in vectors:
+            f.write(np.uint32(group).tobytes() + x.tobytes())
+    out = board_runner(board, exe).run([], cwd=tmp_path, timeout=600)
+    assert out.stdout.strip() == str(len(vectors))
+    data, at, saturated, zero_scale = (tmp_path / "kv_out.bin").read_bytes(), 0, 0, 0
+    for group, x in vectors:
+        codes, scales = nm.kv_int8_codes(x, group)
+        n = -(-64 // group)
+        assert np.frombuffer(data, np.int8, 64, at).tolist() == codes.tolist(), (group, x)
+        c_scales = np.frombuffer(data, np.uint16, n, at + 64)
+        assert c_scales.tolist() == scales.astype(np.float16).view(np.uint16).tolist(), (group, x)
+        saturated += int((c_scales == 0x7BFF).sum())
+        zero_scale += int((c_scales == 0).sum())
+        at += 64 + 2 * n
+    assert at == len(data) and saturated >= 4 and zero_scale >= 2

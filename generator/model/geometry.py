@@ -95,14 +95,14 @@ class KvLayout:
     local_window: int       # positions a local (sliding-band) layer keeps
     n_local: int            # local layers
     n_global: int           # global layers
-    kv_bits: int            # 8: int8 with an f32 scale per group; 2-4: CQ codes, f16 norm per 64
+    kv_bits: int            # 8: int8 with an f16 scale per group; 2-4: CQ codes, f16 norm per 64
     int8_group_k: int       # values per int8 scale (Needle 2: 32; Needle 3: the whole head)
     int8_group_v: int
     k_code_bytes: int       # bytes of codes per stored key vector
     k_groups: int           # scales (int8) or norms (CQ) per stored key vector
     v_code_bytes: int
     v_groups: int
-    scale_bytes: int        # 4 (f32 scale) or 2 (f16 norm)
+    scale_bytes: int        # 2: an f16 scale (int8) or f16 norm (CQ), numerics version 4
     kv_heads: int
     layers: int
 
@@ -134,7 +134,7 @@ def kv_layout(h: dict, window: int) -> KvLayout:
     return KvLayout(window=window, local_window=min(w_sw, window) if w_sw else window,
                     n_local=h["num_layers"] - n_global, n_global=n_global, kv_bits=h["kv_bits"],
                     int8_group_k=gk, int8_group_v=gv, k_code_bytes=kc, k_groups=kg,
-                    v_code_bytes=vc, v_groups=vg, scale_bytes=4 if h["kv_bits"] == 8 else 2,
+                    v_code_bytes=vc, v_groups=vg, scale_bytes=2,
                     kv_heads=h["num_kv_heads"], layers=h["num_layers"])
 
 

@@ -330,7 +330,7 @@ class Needle2:
         if self.int8_scores:                                                # B5: cache
             for x, grp, codes, scales in ((k, self.key_group(), state.key_codes, state.key_scales),
                                           (v, self.value_group(), state.value_codes, state.value_scales)):
-                c, sc = nm.int8_codes(x, grp)
+                c, sc = nm.kv_int8_codes(x, grp)
                 codes[l] = np.concatenate([codes[l], c])
                 scales[l] = np.concatenate([scales[l], sc])
             keys = (state.key_codes[l], state.key_scales[l])

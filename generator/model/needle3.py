@@ -139,9 +139,10 @@ class Needle3(Needle2):
         return self.hv
 
     def kv_code(self, x: np.ndarray) -> np.ndarray:
-        """What the KV cache gives back: per-head int8 at kv_bits 8, CQ group 64 at 2–4."""
+        """What the KV cache gives back: per-head int8 at kv_bits 8 (the float model: training's
+        round trip with an f32 scale; the engine's cache: its f16 scale), CQ group 64 at 2–4."""
         if self.kv_bits == 8:
-            return nm.int8_roundtrip(x)
+            return nm.int8_roundtrip(x) if self.mode == "float" else nm.kv_int8(x, x.shape[-1])
         return nm.kv_cq(x, self.kv_bits, self.a.codebook)
 
     def qkv_mix(self, l: int, state: State3, start: int, q, k, v):

@@ -392,17 +392,48 @@ def a8_gemv(q: np.ndarray, gscale: np.ndarray, lvl: np.ndarray, norms: np.ndarra
 
 
 
-def kv_int8(x: np.ndarray) -> np.ndarray:
-    """Round trip of the int8 KV cache: int8_codes in groups of 32 along the head vector,
-    read back as f32(f32(code) · scale)."""
-    codes, scales = int8_codes(x, KV_INT8_GROUP_N2)
-    return codes.astype(F32) * np.repeat(scales, KV_INT8_GROUP_N2, axis=-1)[..., :x.shape[-1]]
+F16_MAX = np.float16(65504.0)   # the largest finite binary16
+
+
+def kv_scale16(scale: np.ndarray) -> np.ndarray:
+    """An f32 scale as the int8 KV cache stores it (docs/numerics.md §5.1, numerics version 4):
+    rounded to binary16, to nearest even, with gradual underflow (at or below 2^-25 it becomes
+    +0) and saturating at 65504 instead of overflowing to infinity; as f32 (exact)."""
+    return np.minimum(f32(scale).astype(np.float16), F16_MAX).astype(F32)
+
+
+def kv_int8_codes(x: np.ndarray, group: int):
+    """What the int8 KV cache stores for head vectors x (docs/numerics.md §5.1): per group of
+    `group` values along the last axis (the last may be shorter) the scale s16 =
+    kv_scale16(f32(amax / 127)) and the codes q = clamp(rne(f32(x · f32(1 / s16))), −127, 127),
+    the nearest steps of the stored scale; s16 = +0 (all zero, or amax ≤ 127 · 2^-25) gives
+    codes 0.  Returns (codes int8 [..., h], scales f32 [..., groups], each an f16 value)."""
+    x = f32(x)
+    h = x.shape[-1]
+    codes = np.empty(x.shape, dtype=np.int8)
+    scales = []
+    for s in range(0, h, group):
+        t = x[..., s:s + group]
+        s16 = kv_scale16(np.abs(t).max(axis=-1) / F32(A8_QMAX))
+        nz = s16 > 0
+        inv = ONE / np.where(nz, s16, ONE)
+        q = np.clip(rne(t * inv[..., None]), -A8_QMAX, A8_QMAX)
+        codes[..., s:s + group] = np.where(nz[..., None], q, 0).astype(np.int8)
+        scales.append(s16)
+    return codes, np.stack(scales, axis=-1).astype(F32)
+
+
+def kv_int8(x: np.ndarray, group: int = KV_INT8_GROUP_N2) -> np.ndarray:
+    """Round trip of the int8 KV cache: kv_int8_codes in groups of `group` along the head
+    vector (Needle 2: 32; Needle 3: the whole head), read back as f32(f32(code) · scale)."""
+    codes, scales = kv_int8_codes(x, group)
+    return codes.astype(F32) * np.repeat(scales, group, axis=-1)[..., :x.shape[-1]]
 
 
 def int8_codes(x: np.ndarray, group: int):
-    """The int8 KV code itself: (codes int8 [..., h], scales f32 [..., ceil(h/group)]),
+    """The int8 code of §5.1: (codes int8 [..., h], scales f32 [..., ceil(h/group)]),
     quantize_int8 on each group of `group` values along the last axis (the last group may be
-    shorter)."""
+    shorter).  A query keeps these f32 scales; the cache stores kv_int8_codes' f16 ones."""
     x = f32(x)
     h = x.shape[-1]
     codes = np.empty(x.shape, dtype=np.int8)
