@@ -7,6 +7,7 @@ a different pick would change `retrieved`).  Without the head every tool is rend
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import jsonschema
@@ -18,6 +19,7 @@ from generator.model import reference
 from generator.tools.decode import Session
 from generator.tools.prompt import render_prompt_ids
 from generator.build import sdk
+from generator.errors import CactError
 from generator.tools.retrieval import retrieve, split_elements, tool_embeddings
 from generator.tools.schema import compile_tools
 from host_tests.scons_run import ROOT, scons, sdk_probe
@@ -224,3 +226,71 @@ def test_a_turn_parses_its_tools_once(tmp_path):
     assert (rc_long, passes_long) == ("-1", "1") and msg_long == (
         "the query (21000 bytes) is too long: with this tool list the prompt holds 15672 bytes of it "
         "(NEEDLE_TOK_MAX_TEXT 16384 bytes in all)")
+
+
+# ---- what retrieval keeps and refuses -------------------------------------------------------------
+
+def _own_thresholds(tmp_path, ppm_of) -> tuple:
+    """tools12 with each tool's own "x-needle-min-confidence" (ppm_of(i) -> decimal text or None)."""
+    tools = json.loads(TOOLS12.read_text())
+    parts = []
+    for i, t in enumerate(tools):
+        text = json.dumps(t)
+        if ppm_of(i) is not None:
+            text = text[:-1] + f', "x-needle-min-confidence": {ppm_of(i)}}}'
+        parts.append(text)
+    path = tmp_path / "tools12-thresholds.json"
+    path.write_text("[" + ",\n".join(parts) + "]")
+    return path, path.read_text()
+
+
+def test_a_picked_tool_keeps_its_own_threshold(engines, tmp_path):
+    """Retrieval renders the five as minified objects, which never hold our extension keys; each
+    picked tool's "x-needle-min-confidence" still judges its call, in the CLI, the service and
+    the twin (it was dropped: a tool's own threshold did not gate on engines with the head)."""
+    model, tok = _reference("small")
+    path, text = _own_thresholds(tmp_path, lambda i: f"0.99999{i % 10}")
+    args = ["--tools", str(path), "--query", QUERIES[0], "--force-call", "--max-new", "64"]
+    proc = subprocess.run([str(engines / "small" / "needle")] + args, capture_output=True, text=True)
+    got = json.loads(proc.stdout)
+    subset, chosen, tokens = retrieve(model, tok, text, QUERIES[0], HEAD_TOKENS)
+    assert chosen == got["retrieved"] and "x-needle-min-confidence" in subset
+    s = Session(model, tok, compile_tools(subset, force_call=True), head_tokens=HEAD_TOKENS)
+    s.retrieved, s.retrieval_tokens = chosen, tokens
+    want = s.turn(render_prompt_ids(tok, subset, QUERIES[0]), 64)
+    names = [t["name"] for t in json.loads(text)]
+    called = {names.index(c["name"]) for c in got["function_calls"]}
+    assert called and got["min_confidence"] == max(float(f"0.99999{i % 10}") for i in called)
+    # withheld (an envelope printed: exit 0, success false, code 3; docs/grammar.md §5a)
+    assert got["confidence"] < got["min_confidence"] and (got["success"], got["error_code"]) == (False, 3)
+    assert (got["success"], got["error_code"], got["min_confidence"]) == (
+        want["success"], want["error_code"], want["min_confidence"])
+    request = {"query": QUERIES[0], "tools": json.loads(text), "force_call": True, "max_new": 64}
+    out = subprocess.run([str(engines / "small" / "needle"), "--serve"], input=json.dumps(request) + "\n",
+                         capture_output=True, text=True, check=True).stdout
+    answer = json.loads(out)
+    served = answer["envelope"]
+    assert answer["ok"] is False and "withheld" in answer["error"], answer
+    assert {k: served[k] for k in ("retrieved", "function_calls", "success", "min_confidence")} == {
+        k: got[k] for k in ("retrieved", "function_calls", "success", "min_confidence")}
+
+
+def test_more_than_32_tools_are_refused_not_narrowed(engines, tmp_path):
+    """Retrieval embeds at most 32 tools (NEEDLE_RETRIEVE_TOOLS): a longer list is refused in one
+    line by the CLI and the twin, never silently cut to its first 32."""
+    model, tok = _reference("small")
+    base = json.loads(TOOLS12.read_text())
+    tools = [dict(base[i % 12], name=f"{base[i % 12]['name']}_{i}") for i in range(33)]
+    path = tmp_path / "tools33.json"
+    path.write_text(json.dumps(tools))
+    message = "33 tools; a tool list holds at most 32 (NEEDLE_RETRIEVE_TOOLS): split it"
+    with pytest.raises(CactError, match=re.escape(message)):
+        retrieve(model, tok, path.read_text(), QUERIES[0], HEAD_TOKENS)
+    proc = subprocess.run([str(engines / "small" / "needle"), "--tools", str(path), "--query", QUERIES[0],
+                           "--max-new", "8"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert message in proc.stderr
+    path.write_text(json.dumps(tools[:32]))      # 32 are taken
+    proc = subprocess.run([str(engines / "small" / "needle"), "--tools", str(path), "--query", QUERIES[0],
+                           "--max-new", "8"], capture_output=True, text=True)
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["retrieved"]) == 5, proc.stderr

@@ -230,6 +230,9 @@ static char tools_a[NEEDLE_SERVE_LINE_MAX], tools_b[NEEDLE_SERVE_LINE_MAX];
 static char *call_tools = tools_a, *next_tools = tools_b;
 static size_t call_tools_len, next_tools_len;
 static int call_force, next_force;
+/* and its tools' own thresholds: retrieval's five are a minified list without them */
+static int32_t ppm_a[NEEDLE_GRAMMAR_MAX_TOOLS], ppm_b[NEEDLE_GRAMMAR_MAX_TOOLS];
+static int32_t *call_ppm = ppm_a, *next_ppm = ppm_b;
 
 static const uint8_t *call_query;     /* the span strings' query of that call (needle_grammar_set_query) */
 static uint32_t call_query_len;
@@ -241,6 +244,7 @@ static void restore_call(int reopen)
 {
     char err[256];
     if (reopen && !needle_call_grammar(&grammar, call_tools, call_tools_len, call_force, err, sizeof err)) {
+        grammar.tool_ppm = call_ppm;
         grammar.query = call_query;      /* the buffer still holds it: only an accepted query replaces it */
         grammar.query_len = call_query_len;
         grammar.span_all = call_span_all;
@@ -254,6 +258,9 @@ static void accept_call_tools(void)
     char *t = call_tools;
     call_tools = next_tools;
     next_tools = t;
+    int32_t *p = call_ppm;
+    call_ppm = next_ppm;
+    next_ppm = p;
     call_tools_len = next_tools_len;
     call_force = next_force;
 }
@@ -486,6 +493,9 @@ void serve_handle(writer *w, size_t len)
             restore_call(reopen);
             return;
         }
+        if (!r.raw)
+            for (uint32_t i = 0; i < grammar.n_tools && i < NEEDLE_GRAMMAR_MAX_TOOLS; i++)
+                next_ppm[i] = grammar.tool_ppm ? grammar.tool_ppm[i] : -1;
         if (!r.raw && needle_grammar_check_query(&grammar, r.query, strlen(r.query), r.span_strings, err, sizeof err)) {
             answer_error(w, &r, "\"query\": %s", as_request_keys(err));
             restore_call(reopen);

@@ -686,7 +686,7 @@ int needle_grammar_compile_toolset(needle_grammar *grammar, const needle_toolset
     if (ntools == 0 && force_call) { err_s(&c.e, "--force-call needs at least one tool"); return -1; }
     if (ntools > NEEDLE_GRAMMAR_MAX_TOOLS) {
         err_u(&c.e, ntools);
-        err_s(&c.e, " tools; the grammar takes 32 (retrieval picks five of more: not built yet)");
+        err_s(&c.e, " tools; a tool list holds at most 32 (NEEDLE_GRAMMAR_MAX_TOOLS): split it");
         return -1;
     }
     uint32_t calls, call;

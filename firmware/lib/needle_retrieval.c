@@ -106,7 +106,12 @@ const char *needle_retrieve_toolset(needle_toolset *ts, const char *query, char 
         return NULL;
     }
     const char *list = ts->list;                           /* "[...]", minified */
-    r->count = ts->count < NEEDLE_RETRIEVE_TOOLS ? ts->count : NEEDLE_RETRIEVE_TOOLS;   /* (as ever: the first 32) */
+    if (ts->count > NEEDLE_RETRIEVE_TOOLS) {     /* never a pick from the first 32 only */
+        fail(err, errcap, "", ts->count, " tools; a tool list holds at most ", NEEDLE_RETRIEVE_TOOLS,
+             " (NEEDLE_RETRIEVE_TOOLS): split it");
+        return NULL;
+    }
+    r->count = ts->count;
     if (r->count <= NEEDLE_RETRIEVE_TOP) return tools_json;
     /* the built-in list's tools were embedded at build time (needle_tools.c); any other list's now */
     const float (*vec)[EMBED_DIM] = (const float (*)[EMBED_DIM])tool_vec;

@@ -658,7 +658,7 @@ void needle_toolset_choose(needle_toolset *ts, const char *list, size_t len, con
         const uint32_t m = ts->end[chosen[k]] - ts->start[chosen[k]];
         ts->start[k] = at;
         ts->end[k] = at + m;
-        ts->ppm[k] = -1;
+        ts->ppm[k] = ts->ppm[chosen[k]];   /* its own threshold still gates its call */
         at += m + 1u;     /* and the ',' or ']' */
     }
     ts->json = ts->list = list;

@@ -56,7 +56,8 @@ int needle_toolset_render(const needle_toolset *ts, const char *tools_json, size
 
 /* ts becomes the record of list[0..len), the tools retrieval chose (ascending indices
  * chosen[0..n) of ts's list, their objects joined): what a pass over that minified list
- * records, without making it (it has no extensions: they were unwritten). */
+ * records, without making it, and each chosen tool keeps the "x-needle-min-confidence" of
+ * the caller's list (the minified objects no longer hold it: extensions are unwritten). */
 void needle_toolset_choose(needle_toolset *ts, const char *list, size_t len, const uint32_t *chosen, uint32_t n);
 
 /* needle_grammar_compile(g, tools_json, len, ...) reading the record ts (NULL: none). */

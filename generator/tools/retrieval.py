@@ -19,9 +19,10 @@ from generator.archive.tokenizer import Tokenizer
 from generator.errors import CactError
 from generator.model import numerics as nm
 from generator.model import reference
-from generator.tools.prompt import minify_tools
+from generator.tools.prompt import EXT_MIN_CONFIDENCE, minify_tools, minify_tools_ext
 
 TOP = 5            # tools rendered when there are more (NEEDLE_RETRIEVE_TOP)
+MAX_TOOLS = 32     # tools a list may hold (NEEDLE_RETRIEVE_TOOLS, the grammar's bound)
 F32 = np.float32
 
 
@@ -69,11 +70,17 @@ def retrieve(model, tok, tools_text: str, query: str, head_tokens: int,
     """(the tools JSON to render, the chosen indices, the tokens embedding took) for a
     constrained turn: the list itself, None and 0 with at most TOP tools or without the
     embedding head in the engine (head_tokens 0, or no code-1 head); else the TOP best as a
-    minified array.  tools_embedded: the tools' vectors computed at build time (a built-in
-    list, tool_embeddings): only the query is embedded."""
-    elements = split_elements(minify_tools(tools_text))
+    minified array, each chosen tool keeping its own "x-needle-min-confidence" (the call is
+    judged by it as if the caller had listed only those five).  More than MAX_TOOLS tools are
+    refused, never narrowed.  tools_embedded: the tools' vectors computed at build time (a
+    built-in list, tool_embeddings): only the query is embedded."""
+    minified, thresholds = minify_tools_ext(tools_text)
+    elements = split_elements(minified)
     if len(elements) <= TOP or not head_tokens or not any(hd.code == 1 for hd in model.a.heads):
         return tools_text, None, 0
+    if len(elements) > MAX_TOOLS:
+        raise CactError(f"{len(elements)} tools; a tool list holds at most {MAX_TOOLS} (NEEDLE_RETRIEVE_TOOLS): "
+                        "split it", where="tools JSON")
     q = embed(model, tok, query, head_tokens)
     tokens = len(_ids(tok, query, head_tokens))
     if tools_embedded is None:
@@ -81,7 +88,14 @@ def retrieve(model, tok, tools_text: str, query: str, head_tokens: int,
         tokens += sum(len(_ids(tok, e, head_tokens)) for e in elements)
     scores = [F32(nm.seq_dot(v, q)) for v in tools_embedded]
     chosen = sorted(sorted(range(len(elements)), key=lambda i: (-scores[i], i))[:TOP])
-    return "[" + ",".join(elements[i] for i in chosen) + "]", chosen, tokens
+    return "[" + ",".join(_with_threshold(elements[i], thresholds.get(i)) for i in chosen) + "]", chosen, tokens
+
+
+def _with_threshold(element: str, ppm: int | None) -> str:
+    """A minified tool object with its own threshold written back (six decimals, exactly the ppm)."""
+    if ppm is None:
+        return element
+    return f'{element[:-1]},"{EXT_MIN_CONFIDENCE}":{ppm // 10 ** 6}.{ppm % 10 ** 6:06d}}}'
 
 
 def tool_embeddings(archive_path: str, tools_text: str, head_tokens: int) -> list | None:

@@ -460,8 +460,8 @@ def compile_tools(tools_json_text: str, force_call: bool = False) -> Grammar:
         if force_call:
             raise CactError("--force-call needs at least one tool")
     if len(root.items) > MAX_TOOLS:
-        raise CactError(f"{len(root.items)} tools; the grammar takes {MAX_TOOLS} (retrieval picks five "
-                        f"of more: not built yet)")
+        raise CactError(f"{len(root.items)} tools; a tool list holds at most {MAX_TOOLS} "
+                        f"(NEEDLE_GRAMMAR_MAX_TOOLS): split it")
     calls = Node(CALLS, min_len=1 if force_call else 0)
     comp.add(calls)
     call = Node(CALL)
