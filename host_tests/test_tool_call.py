@@ -240,7 +240,7 @@ def test_a_character_in_progress_counts_only_items_that_can_take_it(driver, tmp_
      "no integer satisfies its bounds and multipleOf"),
     ([{"name": "a", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/y"}}}}],
      'unsupported keyword "$ref"'),
-    ([{"name": f"t{i}"} for i in range(33)], "33 tools; the grammar takes 32"),
+    ([{"name": f"t{i}"} for i in range(33)], "33 tools; a tool list holds at most 32"),
     ([{"name": f"t{i}", "parameters": {"type": "object", "properties": {
         f"p{j}": {"type": "integer"} for j in range(32)}}} for i in range(8)],
      'tool "t7": the grammar needs more than 256 nodes (NEEDLE_GRAMMAR_MAX_NODES): use fewer or simpler tools'),
