@@ -359,7 +359,7 @@ def unit_gen(tmp_path_factory):
 def test_family_kernels_equal_scalar_on_random_inputs(unit_gen, family, board_name, tmp_path, board_runner):
     """scalar: its per-shape nk_gemv_a8 instances against the generic nk_gemv_a8_scalar, on the
     host and on both MIPS routers (their 4-bit pair dots accumulate in HI/LO in assembly, and
-    their butterflies are the soft-float runtime's nk_sf_butterfly)."""
+    their butterflies are the soft-float runtime's needle_sf_butterfly)."""
     why = unavailable(family, board_name)
     if why:
         pytest.skip(why)

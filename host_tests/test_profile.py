@@ -93,7 +93,7 @@ def test_profile_adds_up_to_the_instruction_count(tmp_path, capsys, board_runner
     assert report["instructions_per_step"] == step
     functions = report["functions"]
     assert abs(sum(functions.values()) - step) <= len(functions)     # each rounded on its own
-    assert functions["nk_gemv_a8"] > 0 and functions["nk_a8_quantize"] > 0
+    assert functions["needle_nk_gemv_a8"] > 0 and functions["needle_nk_a8_quantize"] > 0
 
 
 def test_profile_refuses_a_missing_build(tmp_path, capsys):

@@ -1,10 +1,10 @@
 """The routers' own f32 add, subtract, multiply and divide (firmware/softfloat/softfloat.c).
 
 Boards without an FPU (router-mt7621, router-ath79) link these in place of the compiler
-runtime's __addsf3, __subsf3, __mulsf3 and __divsf3; the engine's butterflies call nk_sf_butterfly
-(both results of one a + b, a - b pair), its lane mixing nk_sf_add_scaled (o + w * v over a
-row), its sums of squares and dot products nk_sf_dot (acc + a * b, step by step) and its
-GEMV groups nk_sf_group_step (acc + (norm g) (float)dot).  They must
+runtime's __addsf3, __subsf3, __mulsf3 and __divsf3; the engine's butterflies call needle_sf_butterfly
+(both results of one a + b, a - b pair), its lane mixing needle_sf_add_scaled (o + w * v over a
+row), its sums of squares and dot products needle_sf_dot (acc + a * b, step by step) and its
+GEMV groups needle_sf_group_step (acc + (norm g) (float)dot).  They must
 give IEEE 754 results bit for bit, each product and each sum rounded on its own, or the
 routers would leave the engine's one numerics contract:
 
@@ -39,10 +39,10 @@ DRIVER = r"""
 #include <stdio.h>
 #include <string.h>
 
-void nk_sf_butterfly(float *x, float *y);   /* both builds: the engine's butterflies */
-void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);
-float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc);
-float nk_sf_group_step(float acc, float norm, float g, int32_t dot);
+void needle_sf_butterfly(float *x, float *y);   /* both builds: the engine's butterflies */
+void needle_sf_add_scaled(float *o, float w, const float *v, uint32_t n);
+float needle_sf_dot(const float *a, const float *b, uint32_t n, float acc);
+float needle_sf_group_step(float acc, float norm, float g, int32_t dot);
 
 #ifdef NK_SOFTFLOAT_PREFIX
 float nk_sf_add(float, float);
@@ -65,10 +65,10 @@ static uint32_t u(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }
 
 /* driver IN OUT: IN holds little-endian pairs (a, b) of f32 bits, read 1024 at a time; OUT
  * gets a+b, a-b, a*b, the butterfly's a+b, a-b, and with c the next pair's a (the chunk's
- * first after its last) and w the chunk's first a: c + w*b (nk_sf_add_scaled over the chunk),
- * c + a*b (nk_sf_dot of one step), c + a*b + a'*b' + a''*b'' (three steps, as far as the
+ * first after its last) and w the chunk's first a: c + w*b (needle_sf_add_scaled over the chunk),
+ * c + a*b (needle_sf_dot of one step), c + a*b + a'*b' + a''*b'' (three steps, as far as the
  * chunk goes), a/b, and with m the next pair's b bits as an int32: c + (a*b)*(float)m and
- * c + (a*b)*(float)(m >> 12) (nk_sf_group_step, large and small dots) */
+ * c + (a*b)*(float)(m >> 12) (needle_sf_group_step, large and small dots) */
 int main(int argc, char **argv)
 {
     if (argc != 3) return 2;
@@ -84,17 +84,17 @@ int main(int argc, char **argv)
             fb[i] = f(p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24);
         }
         for (size_t i = 0; i < n; i++) fc[i] = fa[(i + 1) % n];
-        nk_sf_add_scaled(fc, fa[0], fb, (uint32_t)n);       /* fc[i] = c + w*b */
+        needle_sf_add_scaled(fc, fa[0], fb, (uint32_t)n);       /* fc[i] = c + w*b */
         for (size_t i = 0; i < n; i++) {
             volatile float x = fa[i], y = fb[i];    /* no constant folding, no contraction */
             float s = fa[i], d = fb[i], c = fa[(i + 1) % n];
             int32_t m = (int32_t)u(fb[(i + 1) % n]);
-            nk_sf_butterfly(&s, &d);
+            needle_sf_butterfly(&s, &d);
             uint32_t steps = n - i < 3 ? (uint32_t)(n - i) : 3u;
             uint32_t r[11] = { u(ADD(x, y)), u(SUB(x, y)), u(MUL(x, y)), u(s), u(d), u(fc[i]),
-                              u(nk_sf_dot(fa + i, fb + i, 1, c)), u(nk_sf_dot(fa + i, fb + i, steps, c)),
-                              u(DIV(x, y)), u(nk_sf_group_step(c, fa[i], fb[i], m)),
-                              u(nk_sf_group_step(c, fa[i], fb[i], m >> 12)) };
+                              u(needle_sf_dot(fa + i, fb + i, 1, c)), u(needle_sf_dot(fa + i, fb + i, steps, c)),
+                              u(DIV(x, y)), u(needle_sf_group_step(c, fa[i], fb[i], m)),
+                              u(needle_sf_group_step(c, fa[i], fb[i], m >> 12)) };
             for (int k = 0; k < 11; k++)
                 for (int j = 0; j < 4; j++) res[44 * i + 4 * k + j] = (unsigned char)(r[k] >> (8 * j));
         }
@@ -159,7 +159,7 @@ def operand_pairs(n: int, seed: int = 7) -> np.ndarray:
     return np.concatenate([pairs, pairs[:, ::-1]])
 
 
-CHUNK = 1024        # the driver's pairs per read: nk_sf_add_scaled's rows, the dots' reach
+CHUNK = 1024        # the driver's pairs per read: needle_sf_add_scaled's rows, the dots' reach
 
 
 def expected(pairs: np.ndarray) -> np.ndarray:
@@ -244,18 +244,18 @@ def test_routers_link_and_match(board_name, tmp_path):
 @pytest.mark.parametrize("board_name,fused", [("router-mt7621", True), ("router-ath79", True),
                                               ("rpi-zero", False), ("host", False)])
 def test_soft_float_engines_take_the_fused_paths(board_name, fused, tmp_path):
-    """The engine of a board without an FPU runs its butterflies through nk_sf_butterfly (both
+    """The engine of a board without an FPU runs its butterflies through needle_sf_butterfly (both
     results from one unpacking, the bits of a + b and a - b above), its lane mixing through
-    nk_sf_add_scaled, its sums of squares and dot products through nk_sf_dot and its GEMV
-    groups through nk_sf_group_step; every other board keeps the plain f32 operations."""
+    needle_sf_add_scaled, its sums of squares and dot products through needle_sf_dot and its GEMV
+    groups through needle_sf_group_step; every other board keeps the plain f32 operations."""
     board = boards.load(board_name)
     archive = Path(__file__).resolve().parent / "golden" / "tiny" / "archive.cact"
     boards.generate_engine(board, str(archive), str(tmp_path / "gen"))
     kernels = (tmp_path / "gen" / "needle_kernels.c").read_text()
     model = (tmp_path / "gen" / "needle_model.c").read_text()
-    assert ("nk_sf_butterfly(x + j, x + j + h)" in kernels) == fused
-    assert ("nk_sf_add_scaled(o, w, v, n)" in model) == fused
-    assert ("return nk_sf_dot(x, x, n, 0.0f)" in kernels) == fused
-    assert ("return nk_sf_dot(a, b, n, 0.0f)" in kernels) == fused
-    assert ("acc = nk_sf_group_step(acc, nk_f16(nrm + 2u * j), G[j], dot);" in kernels) == fused
+    assert ("needle_sf_butterfly(x + j, x + j + h)" in kernels) == fused
+    assert ("needle_sf_add_scaled(o, w, v, n)" in model) == fused
+    assert ("return needle_sf_dot(x, x, n, 0.0f)" in kernels) == fused
+    assert ("return needle_sf_dot(a, b, n, 0.0f)" in kernels) == fused
+    assert ("acc = needle_sf_group_step(acc, nk_f16(nrm + 2u * j), G[j], dot);" in kernels) == fused
     assert boards.soft_float(board) == fused

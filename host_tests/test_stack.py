@@ -113,8 +113,8 @@ def test_worst_stack_counts_library_functions(m7_build):
     # function (libm's cos > __kernel_rem_pio2 once) lies on the image's deepest path; the
     # RMS norm's call to newlib's sqrtf (errno path) shows a library frame being counted
     assert disasm.frame["sqrtf"] > 0
-    norm = elfcheck.worst_stack(str(build / "obj"), disasm, roots=("nk_zc_rmsnorm",))
-    bare = elfcheck.worst_stack(str(build / "obj"), roots=("nk_zc_rmsnorm",))
+    norm = elfcheck.worst_stack(str(build / "obj"), disasm, roots=("needle_nk_zc_rmsnorm",))
+    bare = elfcheck.worst_stack(str(build / "obj"), roots=("needle_nk_zc_rmsnorm",))
     assert norm.library_functions == ["sqrtf"] and norm.library == disasm.frame["sqrtf"]
     assert bare.library == 0 and norm.bytes == bare.bytes + norm.library
     fig = elfcheck.worst_stack(str(build / "obj"), disasm)

@@ -40,10 +40,10 @@ float NK_SF_ADD(float a, float b);
 float NK_SF_SUB(float a, float b);
 float NK_SF_MUL(float a, float b);
 float NK_SF_DIV(float a, float b);
-void nk_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
-void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n);  /* lane mixing (needle_model.c) */
-float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc); /* sums of products */
-float nk_sf_group_step(float acc, float norm, float g, int32_t dot);  /* a GEMV group (kernels) */
+void needle_sf_butterfly(float *x, float *y);   /* the engine's butterflies (needle_kernels.c) */
+void needle_sf_add_scaled(float *o, float w, const float *v, uint32_t n);  /* lane mixing (needle_model.c) */
+float needle_sf_dot(const float *a, const float *b, uint32_t n, float acc); /* sums of products */
+float needle_sf_group_step(float acc, float norm, float g, int32_t dot);  /* a GEMV group (kernels) */
 
 #define SF_SIGN 0x80000000u
 #define SF_ABS 0x7fffffffu
@@ -376,7 +376,7 @@ static __attribute__((noinline)) void sf_butterfly_general(float *x, float *y, u
     *y = sf_float(sf_add(a, b ^ SF_SIGN));
 }
 
-void nk_sf_butterfly(float *x, float *y)
+void needle_sf_butterfly(float *x, float *y)
 {
     const uint32_t a = sf_bits(*x), b = sf_bits(*y);
     uint32_t aa = a & SF_ABS, bb = b & SF_ABS;
@@ -433,14 +433,14 @@ void nk_sf_butterfly(float *x, float *y)
  * `o + w * v` (the engine builds with -ffp-contract=off: never a fused multiply-add), inline
  * in one loop: no call per operation, and the product goes from one to the other in a
  * register. */
-void nk_sf_add_scaled(float *o, float w, const float *v, uint32_t n)
+void needle_sf_add_scaled(float *o, float w, const float *v, uint32_t n)
 {
     const uint32_t wb = sf_bits(w);
     for (uint32_t i = 0; i < n; i++)
         o[i] = sf_float(sf_add(sf_bits(o[i]), sf_mul(wb, sf_bits(v[i]))));
 }
 
-float nk_sf_dot(const float *a, const float *b, uint32_t n, float acc)
+float needle_sf_dot(const float *a, const float *b, uint32_t n, float acc)
 {
     uint32_t s = sf_bits(acc);
     for (uint32_t i = 0; i < n; i++)
@@ -465,7 +465,7 @@ static inline __attribute__((always_inline)) uint32_t sf_from_i32(int32_t v)
 /* acc + (norm g) (float)dot: one group of a 4-, 3- or 2-bit GEMV row (the scalar kernels'
  * `coef = norm * G[j]; acc = acc + coef * (float)dot`), the conversion and the three
  * operations each rounded as on their own, in one call instead of four. */
-float nk_sf_group_step(float acc, float norm, float g, int32_t dot)
+float needle_sf_group_step(float acc, float norm, float g, int32_t dot)
 {
     const uint32_t coef = sf_mul(sf_bits(norm), sf_bits(g));
     return sf_float(sf_add(sf_bits(acc), sf_mul(coef, sf_from_i32(dot))));
