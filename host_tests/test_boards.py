@@ -133,6 +133,20 @@ def test_board_boot_check_and_errors(built, board_name, tmp_path, board_runner):
     assert "is not a token id" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+def test_an_rvv_engine_on_a_core_without_v_says_so(built, tmp_path):
+    """The rvv kernels enable V on their own functions only, so the start-up reads HWCAP before
+    any vector instruction: one line and exit 2 on a core without V, not SIGILL."""
+    board = boards.load("riscv64-k1")
+    why = boards.missing_tools(board, run=True)
+    if why:
+        pytest.skip(why)
+    proc = subprocess.run(["qemu-riscv64", "-cpu", "rv64,v=false", str(built["riscv64-k1", "tiny"] / "needle"),
+                           "--prompt", "hi", "--max-new", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr == ("needle: this engine was built for RISC-V cores with the vector extension (RVV 1.0) "
+                           "and this CPU has none: rebuild it with kernels=scalar\n")
+
+
 def test_partition_board_refuses_a_different_archive(built, tmp_path, board_runner):
     """watch-m7 flashes the archive separately: flashing another one must be refused."""
     board = boards.load("watch-m7")
@@ -227,6 +241,21 @@ def test_every_board_file_is_valid():
 ])
 def test_board_file_errors_name_the_file_and_key(board_error, edit, message):
     assert message in board_error("watch-m4", edit)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("vlen = 256", "vlen = 64"), "vlen = 64: the rvv kernels need a power of two from 128"),
+    (lambda t: t.replace("vlen = 256", "vlen = 384"), "vlen = 384: the rvv kernels need a power of two from 128"),
+    (lambda t: t.replace("vlen = 256", "# no V"), 'kernels = "rvv" needs a core with the vector extension: '
+                                                  'give the board its vlen'),
+    (lambda t: t.replace("vlen=256", "vlen=128"), "vlen = 256 but the emulator does not run at it"),
+    (lambda t: t.replace('kernels = "rvv"', 'kernels = "neon64"'), 'kernels = neon64 is aarch64 code and board '
+                                                                    'riscv64-k1 is riscv64: choose one of rvv, scalar'),
+])
+def test_riscv_vector_boards_are_refused_in_one_line(board_error, edit, message):
+    """A vector length the rvv kernels are not written for, a board that asks for them without
+    saying its core has V, or an emulator at another length: refused naming the fix."""
+    assert message in board_error("riscv64-k1", edit)
 
 
 def test_watch_m7_inherits_watch_m4():

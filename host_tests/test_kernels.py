@@ -39,11 +39,12 @@ from host_tests.scons_run import scons
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "host_tests" / "golden"
 ARCHIVES = ["tiny", "small", "tiny-wrap-kv4"]
-FAMILIES = ["x86", "x86-vnni", "neon64", "neon64-dot", "neon32", "armv6"]
+FAMILIES = ["x86", "x86-vnni", "neon64", "neon64-dot", "neon32", "armv6", "rvv"]
 GOLDEN_BOARD = {"x86": "host", "x86-vnni": "host", "neon64": "rpi5", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
-                "armv6": "router-ipq40xx"}
+                "armv6": "router-ipq40xx", "rvv": "riscv64-k1"}
+# rvv: the random inputs at VLEN 128 (riscv64-k230); test_boards.py runs the goldens at 256 (riscv64-k1)
 NATIVE_BOARD = {"x86": "host", "x86-vnni": "host", "neon64": "rpi-zero2", "neon64-dot": "rpi5", "neon32": "router-ipq40xx",
-                "armv6": "rpi-zero"}
+                "armv6": "rpi-zero", "rvv": "riscv64-k230"}
 
 
 def unavailable(family: str, board_name: str) -> str | None:
@@ -102,6 +103,8 @@ def test_boards_use_their_families():
         assert boards.load(name)["kernels"] == fam
     for name in ("router-mt7621", "router-ath79"):
         assert boards.load(name)["kernels"] == "scalar"
+    for name in ("riscv64-k1", "riscv64-k230"):
+        assert boards.load(name)["kernels"] == "rvv"
 
 
 # ---- unit exactness: family kernels vs the scalar kernels on random inputs --------------

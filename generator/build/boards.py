@@ -53,7 +53,7 @@ TOP_KEYS = {
     "toolchain": (str, False), "toolchain_prefix": (str, False), "zig_target": (str, False),
     "toolchain_package": (str, True), "kernels": (str, True), "musl": (dict, False),
     "package": (dict, False), "deb": (dict, False),
-    "stack_bytes": (int, False), "max_text": (int, False), "cores": (int, False), "heap_bytes": (int, False),
+    "stack_bytes": (int, False), "vlen": (int, False), "max_text": (int, False), "cores": (int, False), "heap_bytes": (int, False),
     "prefill_chunk": (int, False),
     "memory": (dict, True), "archive": (dict, True), "emulator": (dict, True),
     "console": (str, False), "uart": (dict, False), "boot_block": (str, False), "flash": (dict, False),
@@ -429,8 +429,31 @@ def load(name: str) -> dict:
             bad(problem)
     if data["kernels"] != "auto" and data["kernels"] not in board_families(data):
         bad(kernels_refusal(data, data["kernels"], "kernels = "))
+    problem = _vector_refusal(data)
+    if problem:
+        bad(problem)
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
     return data
+
+
+def _vector_refusal(data: dict) -> str | None:
+    """RISC-V vector boards: kernels = "rvv" on a board that does not say its core has V (its
+    vlen), a vlen on another architecture, one that is not a power of two from 128 (what the
+    rvv family is written for), or one the emulator does not run at."""
+    vlen = data.get("vlen")
+    if vlen is None:
+        if data["kernels"] == "rvv":
+            return ('kernels = "rvv" needs a core with the vector extension: give the board its vlen (the '
+                    'vector registers\' bits, e.g. vlen = 256), or choose kernels = "scalar"')
+        return None
+    if board_arch(data) != "riscv64":
+        return f"vlen is the RISC-V vector length and board {data['name']} is {board_arch(data)}: remove it"
+    if vlen < 128 or vlen & (vlen - 1):
+        return f"vlen = {vlen}: the rvv kernels need a power of two from 128 (128, 256, 512, ...)"
+    command = " ".join(data["emulator"]["command"])
+    if command and f"vlen={vlen}" not in command:
+        return f"vlen = {vlen} but the emulator does not run at it: give its -cpu vlen={vlen}"
+    return None
 
 
 def no_emulator(board: dict) -> str | None:

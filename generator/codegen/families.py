@@ -149,6 +149,8 @@ FAMILIES: dict[str, KernelFamily] = {f.name: f for f in (
     KernelFamily("mve", "kernels/mve.c.j2", "Cortex-M with Helium (MVE)",
                  arch="Arm Cortex-M", fp16_convert=True, dot_i8n="helium", weighted_sum="helium",
                  own_fwht=True),
+    KernelFamily("rvv", "kernels/rvv.c.j2", "RISC-V Vector 1.0, any VLEN from 128 (VWMUL + VWREDSUM dots)",
+                 arch="riscv64"),
     KernelFamily("x86", "kernels/x86.c.j2", "x86-64 with AVX2",
                  arch="x86-64", compile_flags=("-mavx2",), host_features=("avx2",),
                  gemm_form="family", attention_lanes=8, vector_float=True, key_columns=True,
