@@ -305,7 +305,7 @@ def test_post_link_check_rejects_heap_use(tmp_path):
 def test_post_link_check_enforces_the_ram_budget(engines):
     board = boards.load("host")
     board["memory"]["ram_bytes"] = 4096
-    with pytest.raises(CactError, match=r"RAM over budget on board host: [\d,]+ bytes \(KV cache 10,240\) "
+    with pytest.raises(CactError, match=r"RAM over budget on board host: [\d,]+ bytes \(KV cache 9,216\) "
                                         r"> 4,096; pass a smaller kv_window=N"):
         elfcheck.check(str(engines["tiny"]), str(GOLDEN / "tiny" / "archive.cact"), board)
     board["memory"]["ram_bytes"] = 1 << 30
@@ -316,7 +316,7 @@ def test_post_link_check_enforces_the_ram_budget(engines):
 
 def test_memory_report_calls_out_the_kv_cache(engines):
     rep = elfcheck.check(str(engines["tiny"]), str(GOLDEN / "tiny" / "archive.cact"), boards.load("host"))
-    assert rep.kv_bytes == 64 * 2 * 2 * 2 * (16 + 4)   # window × layers × kv heads × (k, v) × (codes + scale)
+    assert rep.kv_bytes == 64 * 2 * 2 * 2 * (16 + 2)   # window × layers × kv heads × (k, v) × (codes + f16 scale)
     assert rep.cact_bytes == (GOLDEN / "tiny" / "archive.cact").stat().st_size
 
 
