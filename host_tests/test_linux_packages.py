@@ -250,8 +250,8 @@ def test_feed_refusals_write_nothing(case, expect, key, tmp_path):
     (["board=router-mt7621", "package=feed", "feed_key=LICENSE"], "LICENSE is not a usign secret key"),
     (["board=router-mt7621", "package=ipk", "feed_key=LICENSE"], "feed_key= signs an opkg feed: add package=feed"),
     (["board=router-mt7621", "package=deb"], "board router-mt7621 is an OpenWrt router (package=ipk or "
-                                             "package=feed): package=deb is for rpi-zero, rpi-zero2, rpi5"),
-    (["board=watch-m4", "package=deb"], "board watch-m4 is bare metal (os = none): package=deb is for rpi-zero"),
+                                             "package=feed): package=deb is for riscv64-k1, rpi-zero, rpi-zero2, rpi5"),
+    (["board=watch-m4", "package=deb"], "board watch-m4 is bare metal (os = none): package=deb is for riscv64-k1"),
     (["board=host", "package=deb"], "board host is not a Debian board (no [deb] architecture): package=deb is for"),
 ])
 def test_scons_refuses_in_one_line_before_building(args, expect, tmp_path):
@@ -308,7 +308,7 @@ def deb_of(debs, name) -> Path:
 
 def test_pi_boards_and_their_architectures():
     assert {n: boards.load(n)["deb"]["architecture"] for n in PIS} == {
-        "rpi-zero": "armhf", "rpi-zero2": "arm64", "rpi5": "arm64"}
+        "rpi-zero": "armhf", "rpi-zero2": "arm64", "rpi5": "arm64", "riscv64-k1": "riscv64"}
 
 
 @pytest.mark.parametrize("name", PIS)
@@ -454,7 +454,7 @@ def test_deb_cli_refusals(board_name, expect, tmp_path):
                            DEMO, "--archive", DEMO, "-o", tmp_path / "o"], cwd=ROOT, capture_output=True, text=True)
     one_line_refusal(proc, expect)
     assert not (tmp_path / "o").exists()
-    with pytest.raises(CactError, match="package=deb is for rpi-zero, rpi-zero2, rpi5"):
+    with pytest.raises(CactError, match="package=deb is for riscv64-k1, rpi-zero, rpi-zero2, rpi5"):
         deb.deb_name(boards.load(board_name))
 
 
