@@ -1,5 +1,6 @@
 /* needle --bench N on bare metal: the same N-token prefill and N-token greedy decode as the
- * Linux benchmark (firmware/cli/bench.c), timed with SysTick clocked by the CPU clock.
+ * Linux benchmark (firmware/cli/bench.c), timed with SysTick clocked by the CPU clock
+ * (Cortex-M) or with minstret (RISC-V: instructions, below).
  *
  * Under `qemu-system-arm -icount shift=0` every instruction advances virtual time by 1 ns,
  * so a tick is 1e9 / (the machine's SysTick clock) instructions, deterministically; the
@@ -22,6 +23,24 @@
 #define NEEDLE_MACS_PER_TOKEN 0ull
 #endif
 
+#if defined(__riscv)
+/* RISC-V: minstret, the retired-instruction counter (minstreth its high half on RV32), read
+ * in machine mode.  Under qemu-system-riscv32 -icount shift=0 QEMU derives it from its
+ * instruction count, so a tick is one instruction; on silicon it counts instructions too
+ * (mcycle would count cycles).  Nothing to start or stop: it runs from reset. */
+#define ZICSR ".option push\n\t.option arch, +zicsr\n\t"
+static void timer_start(void) {}
+static void timer_stop(void) {}
+static uint64_t ticks(void)
+{
+    uint32_t hi, lo, again;
+    do {
+        __asm__ volatile(ZICSR "csrr %0, minstreth\n\tcsrr %1, minstret\n\tcsrr %2, minstreth\n\t.option pop"
+                         : "=r"(hi), "=r"(lo), "=r"(again));
+    } while (hi != again);                       /* the low half wrapped between the reads: again */
+    return ((uint64_t)hi << 32) | lo;
+}
+#else
 #define SYST_CSR  (*(volatile uint32_t *)0xE000E010u)
 #define SYST_RVR  (*(volatile uint32_t *)0xE000E014u)
 #define SYST_CVR  (*(volatile uint32_t *)0xE000E018u)
@@ -65,6 +84,8 @@ static void timer_stop(void)
     SYST_CSR = 0;
     SCB_VTOR = (uint32_t)(uintptr_t)vector_table;
 }
+
+#endif
 
 static char *u64_text(char *end, uint64_t v)   /* decimal, written backwards from end */
 {

@@ -127,6 +127,9 @@ def board_arch(board: dict) -> str:
         machine = platform.machine().lower()
         return HOST_ARCH.get(machine, "32-bit Arm (A profile)" if machine.startswith("arm") else machine)
     cpu = os.path.basename(target).split("-", 1)[0]      # a prefix may be a path (an OpenWrt SDK's gcc)
+    if cpu.startswith("riscv"):          # one GNU toolchain builds both widths: -march says which
+        march = _flag(board["arch_flags"], "-march=")
+        return "riscv32" if march.startswith("rv32") else "riscv64" if march.startswith("rv64") else cpu
     if cpu in ("aarch64", "arm64"):
         return "aarch64"
     if cpu in ("x86_64", "amd64"):
@@ -134,6 +137,24 @@ def board_arch(board: dict) -> str:
     if cpu.startswith(("arm", "thumb")):
         return "Arm Cortex-M" if board["os"] == "none" else "32-bit Arm (A profile)"
     return "MIPS" if cpu.startswith("mips") else cpu
+
+
+def _flag(flags: list[str], prefix: str) -> str:
+    """The value of the last `prefix` flag (e.g. "-march=") in a flag list, "" when absent."""
+    return next((f[len(prefix):] for f in reversed(flags) if f.startswith(prefix)), "")
+
+
+def riscv_float_abi(board: dict) -> tuple[str, str] | None:
+    """A RISC-V board's (floating-point extensions of -march, float ABI of -mabi): ("", "soft"),
+    ("f", "single"), ("fd", "double"); None off RISC-V or without -mabi (a zig board: its
+    target's default ABI).  "g" in -march stands for imafd."""
+    if not board_arch(board).startswith("riscv") or not _flag(board["arch_flags"], "-mabi="):
+        return None
+    march = _flag(board["arch_flags"], "-march=")
+    base = march[4:].split("_")[0]
+    fext = "".join(x for x in "fd" if x in base or "g" in base)
+    abi = _flag(board["arch_flags"], "-mabi=")
+    return fext, {"d": "double", "f": "single"}.get(abi[-1:] if abi[-1:] in "fd" else "", "soft")
 
 
 def board_families(board: dict) -> list[str]:
@@ -429,7 +450,7 @@ def load(name: str) -> dict:
             bad(problem)
     if data["kernels"] != "auto" and data["kernels"] not in board_families(data):
         bad(kernels_refusal(data, data["kernels"], "kernels = "))
-    problem = _vector_refusal(data)
+    problem = _vector_refusal(data) or _float_abi_refusal(data)
     if problem:
         bad(problem)
     data.setdefault("max_text", DEFAULT_MAX_TEXT)
@@ -453,6 +474,23 @@ def _vector_refusal(data: dict) -> str | None:
     command = " ".join(data["emulator"]["command"])
     if command and f"vlen={vlen}" not in command:
         return f"vlen = {vlen} but the emulator does not run at it: give its -cpu vlen={vlen}"
+    return None
+
+
+def _float_abi_refusal(data: dict) -> str | None:
+    """A RISC-V float ABI the core cannot run: -mabi=ilp32f/ilp32d passes floats in FPU
+    registers, which a core without F (or D) does not have."""
+    fabi = riscv_float_abi(data)
+    if fabi is None:
+        return None
+    fext, abi = fabi
+    need = {"soft": "", "single": "f", "double": "fd"}[abi]
+    if need and not set(need) <= set(fext):
+        march, mabi = _flag(data["arch_flags"], "-march="), _flag(data["arch_flags"], "-mabi=")
+        missing = "F" if "f" not in fext else "D"
+        soft = "ilp32" if board_arch(data) == "riscv32" else "lp64"
+        return (f"-mabi={mabi} passes floats in FPU registers but -march={march} has no {missing} "
+                f"extension: use -mabi={soft} (soft float) on a core without an FPU")
     return None
 
 
@@ -595,10 +633,14 @@ def has_host_files(board: dict) -> bool:
 
 
 def soft_float(board: dict) -> bool:
-    """MIPS boards built for musl soft float (zig target `mips*-linux-musleabi`): their cores
-    have no FPU and OpenWrt kernels do not emulate one."""
-    return board.get("toolchain") == "zig" and board["zig_target"].startswith("mips") \
-        and not board["zig_target"].endswith("hf")
+    """Boards whose f32 arithmetic is calls into the compiler's runtime, where the project's own
+    soft float takes its place: MIPS boards built for musl soft float (zig target
+    `mips*-linux-musleabi`: their cores have no FPU and OpenWrt kernels do not emulate one), and
+    RISC-V boards with the soft-float ABI (-mabi=ilp32 on a core without F: the ESP32-C6)."""
+    if board.get("toolchain") == "zig" and board["zig_target"].startswith("mips"):
+        return not board["zig_target"].endswith("hf")
+    fabi = riscv_float_abi(board)
+    return fabi is not None and fabi[1] == "soft"
 
 
 def runtime_sources(board: dict) -> list[str]:

@@ -115,11 +115,12 @@ class Report:
                        + (f" (library: {', '.join(libs)})" if libs else ""))
         if self.stack is not None and self.stack.bytes is not None:
             frames = self.stack_reserve - self.stack_handler
+            reserve = (f"reserve: {EXCEPTION_RESERVE_FRAMES} FP exception frames {frames:,} + an interrupt "
+                       f"handler's path {self.stack_handler:,}" if self.stack_reserve else
+                       "no reserve: a trap stacks nothing and its handler has its own stack")
             out.append(f"        stack budget: deepest path {self.stack.bytes:,} + exception reserve "
                        f"{self.stack_reserve:,} = {self.stack.bytes + self.stack_reserve:,} of "
-                       f"{self.ram.get('.stack', 0):,} (reserve: {EXCEPTION_RESERVE_FRAMES} FP exception "
-                       f"frames {frames:,} + an interrupt handler's path {self.stack_handler:,}; own code "
-                       f"alone: {self.stack_own_only:,})")
+                       f"{self.ram.get('.stack', 0):,} ({reserve}; own code alone: {self.stack_own_only:,})")
             for note in self.stack.notes:
                 out.append(f"        stack note: {note}")
         if self.stack_guard:
@@ -282,9 +283,98 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
     return d
 
 
+_RV_TARGET_RE = re.compile(r"([0-9a-f]+) <([^>+]+)>")
+# RV32 jumps and branches (objdump's spelling): jal (a call, or `j` when it links nothing) and
+# the conditional branches, whose target objdump names; jalr/jr through a register.
+_RV_BRANCHES = ("beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez", "bltz", "bgtz",
+                "bgt", "ble", "bgtu", "bleu")
+
+
+def rv_frame_delta(mnemonic: str, operands: str) -> int | None:
+    """Bytes one RISC-V instruction (objdump's spelling) moves SP down: 0 if none, None if by a
+    register amount (alloca, or a frame too large for one immediate: `add sp, sp, t0`).
+      addi sp,sp,-N   (c.addi16sp and c.addi are printed so too)"""
+    ops = operands.replace(" ", "")
+    if mnemonic in ("addi", "c.addi16sp", "c.addi") and ops.startswith("sp,sp,-"):
+        return int(ops.split(",")[2][1:], 0)
+    if mnemonic in ("add", "sub", "c.add", "c.sub", "mv", "c.mv") and ops.startswith("sp,"):
+        return None
+    return 0
+
+
+def parse_disassembly_riscv(text: str) -> Disassembly:
+    """Read `objdump -d --no-show-raw-insn` output of an RV32 image: a function's frame is the
+    sum of every SP decrement in its body; its callees are what its jal (call), j (tail call)
+    and branches to another function's first instruction name, and an auipc/jalr call pair's
+    target (objdump names it in a comment).  A jalr or jr through a register other than ra
+    is an indirect call."""
+    d = Disassembly()
+    name = None
+    for line in text.splitlines():
+        m = _FUNC_RE.match(line)
+        if m:
+            name = m.group(2)
+            d.frame.setdefault(name, 0)
+            d.callees.setdefault(name, set())
+            continue
+        m = _INSN_RE.match(line)
+        if not m or name is None:
+            continue
+        mnemonic = m.group(2)
+        rest = m.group(3) or ""
+        operands, _, comment = rest.partition("#")
+        operands = operands.strip()
+        delta = rv_frame_delta(mnemonic, operands)
+        if delta is None:
+            d.dynamic.add(name)
+        else:
+            d.frame[name] += delta
+        if mnemonic in ("jal", "j", "c.jal", "c.j") or mnemonic in _RV_BRANCHES:
+            t = _RV_TARGET_RE.search(operands)
+            if t and (t.group(2) != name or mnemonic in ("jal", "c.jal")):
+                d.callees[name].add(t.group(2))
+        elif mnemonic in ("jalr", "jr", "c.jalr", "c.jr"):
+            t = _RV_TARGET_RE.search(comment)      # auipc + jalr: the call's target
+            if t:
+                if t.group(2) != name:
+                    d.callees[name].add(t.group(2))
+            elif operands not in ("ra", "0(ra)", "zero,0(ra)"):   # `jr ra` is a return
+                d.indirect.add(name)
+    return d
+
+
 # ARM relocations that store a symbol's address in data or a literal pool (R_ARM_ABS32,
 # R_ARM_TARGET1), as opposed to calls and branches.
 _ADDRESS_RELOCS = (2, 38)
+# RISC-V relocations that take an address: a word of data (R_RISCV_32) and the upper half of
+# an absolute or PC-relative address loaded in code (R_RISCV_HI20, R_RISCV_PCREL_HI20: `la`,
+# `lui`), as opposed to calls (R_RISCV_CALL) and branches.
+_RV_ADDRESS_RELOCS = (1, 23, 26)
+
+
+def _relocated_targets_riscv(elf: ELFFile, starts: dict) -> set | None:
+    """RISC-V: the functions an address-taking relocation points at (symbol + addend), outside
+    .vectors (the entry takes the trap handler's address, which runs on its own stack).  None
+    when the image kept no relocations (-Wl,--emit-relocs)."""
+    from elftools.elf.relocation import RelocationSection
+    taken, found = set(), False
+    symtab = elf.get_section_by_name(".symtab")
+    for sec in elf.iter_sections():
+        if not isinstance(sec, RelocationSection):
+            continue
+        target = elf.get_section(sec["sh_info"])
+        if not target["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+            continue
+        found = True
+        if target.name == ".vectors":
+            continue
+        for rel in sec.iter_relocations():
+            if rel["r_info_type"] not in _RV_ADDRESS_RELOCS or symtab is None:
+                continue
+            value = symtab.get_symbol(rel["r_info_sym"])["st_value"] + rel["r_addend"]
+            if value in starts:
+                taken.add(starts[value])
+    return taken if found else None
 
 
 def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
@@ -315,7 +405,7 @@ def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
 
 
 def disassemble(elf_path: str, objdump: str) -> Disassembly:
-    """Disassemble a linked Thumb image with the board's objdump."""
+    """Disassemble a linked Thumb or RV32 image with the board's objdump."""
     import subprocess
     try:
         proc = subprocess.run([objdump, "-d", "--no-show-raw-insn", elf_path], capture_output=True, text=True)
@@ -324,10 +414,18 @@ def disassemble(elf_path: str, objdump: str) -> Disassembly:
                         f"disassembly): {exc.strerror}; install the board's toolchain_package") from None
     if proc.returncode:
         raise CactError(f"{objdump} -d {elf_path} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    d = parse_disassembly(proc.stdout)
     starts = _function_starts(elf_path)
     with open(elf_path, "rb") as fh:
         elf = ELFFile(fh)
+        if elf["e_machine"] == "EM_RISCV":
+            d = parse_disassembly_riscv(proc.stdout)
+            taken = _relocated_targets_riscv(elf, starts)
+            if taken is None:
+                raise CactError(f"{elf_path} kept no relocations: link it with -Wl,--emit-relocs "
+                                "(generator/build/flags.py) for the worst-stack figure")
+            d.address_taken = taken
+            return d
+        d = parse_disassembly(proc.stdout)
         relocated = _relocated_addresses(elf, starts)
         if relocated is not None:  # exact: what relocations store, and movw/movt pairs
             d.address_taken = relocated | d.movw_taken
@@ -485,10 +583,14 @@ def check_stack(rep: Report, elf_path: str, board: dict, obj_dir: str) -> None:
     rep.stack, rep.stack_bytes, rep.stack_path = fig, fig.bytes, fig.path
     rep.stack_own_only = worst_stack(obj_dir).bytes
     # an interrupt handler may be any function whose address the image takes (bench_mcu.c
-    # installs its SysTick handler at run time)
+    # installs its SysTick handler at run time).  RISC-V: no reserve at all.  A trap stacks
+    # nothing, the image enables no interrupt (bench_mcu.c reads minstret), and the one trap
+    # handler (startup_riscv.c) runs on its own stack.
+    riscv = boards.board_arch(board).startswith("riscv")
     handler = worst_stack(obj_dir, disasm, roots=tuple(sorted(disasm.address_taken))).bytes \
-        if disasm.address_taken else 0
-    rep.stack_reserve = EXCEPTION_RESERVE_FRAMES * EXCEPTION_FRAME_BYTES + (handler or 0)
+        if disasm.address_taken and not riscv else 0
+    frames = 0 if riscv else EXCEPTION_RESERVE_FRAMES * EXCEPTION_FRAME_BYTES
+    rep.stack_reserve = frames + (handler or 0)
     rep.stack_handler = handler or 0
     sections = _section_sizes(elf_path)
     stack, guard = sections.get(".stack", 0), sections.get(".stack_guard", 0)
@@ -500,11 +602,13 @@ def check_stack(rep: Report, elf_path: str, board: dict, obj_dir: str) -> None:
                         f"boards/{board['name']}.toml to at least {-(-need // 1024) * 1024:,}")
     big, big_name = largest_frame(obj_dir, disasm)
     if guard:
+        from generator.codegen.pipeline import stack_guard_kind
+        unit = {"pmp": "PMP"}.get(stack_guard_kind(board), "MPU")
         if big > guard:
             raise CactError(f"{big_name}'s stack frame ({big:,} bytes) is larger than board "
-                            f"{board['name']}'s {guard:,}-byte MPU stack guard: an overflow in it could "
+                            f"{board['name']}'s {guard:,}-byte {unit} stack guard: an overflow in it could "
                             "step over the guard; make the frame smaller (static buffers)")
-        rep.stack_guard = (f"MPU region, {guard:,} bytes below the stack (no access; the largest "
+        rep.stack_guard = (f"{unit} region, {guard:,} bytes below the stack (no access; the largest "
                            f"frame, {big_name}, takes {big:,})")
     else:
         from generator.codegen.pipeline import stack_guard_kind
@@ -556,13 +660,30 @@ def check_soft_float(elf: ELFFile, elf_path: str, board: dict) -> None:
                                 "object soft-float")
 
 
+# RISC-V e_flags: the float ABI (RISC-V ELF psABI, "e_flags"), and the name each gets from
+# generator.build.boards.riscv_float_abi
+EF_RISCV_FLOAT_ABI = 0x6
+RISCV_FLOAT_ABI = {0x0: "soft", 0x2: "single", 0x4: "double", 0x6: "quad"}
+
+
+def check_riscv_float_abi(elf: ELFFile, elf_path: str, board: dict) -> None:
+    """Refuse a RISC-V image whose float ABI is not the board's (-mabi): soft-float code on an
+    F core is slow but runs; hard-float code on a core without F traps on its first float."""
+    fabi = boards.riscv_float_abi(board)
+    got = RISCV_FLOAT_ABI[elf["e_flags"] & EF_RISCV_FLOAT_ABI]
+    if fabi and got != fabi[1]:
+        raise CactError(f"{elf_path} is built for the {got}-float ABI, but board {board['name']} uses "
+                        f"{fabi[1]} float (its -mabi): pass build/{board['name']}/needle, what "
+                        f"scons board={board['name']} builds")
+
+
 # The ELF identity of each target architecture (the first part of a zig target or of a GNU
 # toolchain prefix): (e_machine, its name in messages, ELF class).  Endianness comes from the
 # board's `endianness`.
 ARCH_ELF = {"mipsel": ("EM_MIPS", "MIPS", 32), "mips": ("EM_MIPS", "MIPS", 32),
             "arm": ("EM_ARM", "32-bit ARM", 32), "armeb": ("EM_ARM", "32-bit ARM", 32),
             "aarch64": ("EM_AARCH64", "AArch64", 64), "x86_64": ("EM_X86_64", "x86-64", 64),
-            "riscv64": ("EM_RISCV", "RISC-V", 64)}
+            "riscv64": ("EM_RISCV", "RISC-V", 64), "riscv32": ("EM_RISCV", "RISC-V", 32)}
 MACHINE_NAMES = {"EM_MIPS": "MIPS", "EM_ARM": "32-bit ARM", "EM_AARCH64": "AArch64", "EM_X86_64": "x86-64",
                  "EM_386": "x86 (32-bit)", "EM_RISCV": "RISC-V", "EM_PPC": "PowerPC", "EM_PPC64": "PowerPC 64"}
 EF_ARM_EABIMASK, EF_ARM_EABI_VER5 = 0xFF000000, 0x05000000
@@ -591,6 +712,8 @@ def _check_binary(fh, path: str, board: dict) -> None:
     built = f"build/{board['name']}/needle, what scons board={board['name']} builds"
     triple = _board_triple(board).rstrip("-")
     arch = triple.split("-")[0] if triple else platform.machine()
+    if arch.startswith("riscv"):        # one GNU toolchain builds both widths: the board's -march says
+        arch = boards.board_arch(board)
     if arch not in ARCH_ELF:
         raise CactError(f"board {board['name']}: cannot tell the ELF machine of architecture {arch!r}")
     machine, arch_name, bits = ARCH_ELF[arch]
@@ -623,7 +746,9 @@ def _check_binary(fh, path: str, board: dict) -> None:
             raise CactError(f"{path} is not built for the ARM EABI version 5 with the "
                             f"{'hard' if hard else 'soft'}-float ABI (e_flags 0x{flags:08x}) that board "
                             f"{board['name']} uses: pass {built}")
-    if boards.soft_float(board):
+    if machine == "EM_RISCV":
+        check_riscv_float_abi(elf, path, board)
+    elif boards.soft_float(board):
         check_soft_float(elf, path, board)
     if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
         raise CactError(f"{path} is an ELF {elf['e_type']} (an object file?), not an executable: pass {built}")
@@ -660,7 +785,9 @@ def check(elf_path: str, archive_path: str, board: dict, obj_dir: str | None = N
         with open(archive_path, "rb") as af:
             want = af.read()
         cact = elf.get_section_by_name(".cact")
-        if boards.soft_float(board):
+        if elf["e_machine"] == "EM_RISCV":
+            check_riscv_float_abi(elf, elf_path, board)
+        elif boards.soft_float(board):
             check_soft_float(elf, elf_path, board)
         if board["archive"]["placement"] == "file":
             # The executable maps the archive from a file at start: it must hold none of it.

@@ -9,6 +9,7 @@ stack-usage files) are SConstruct's own.
 
 from __future__ import annotations
 
+from generator.build import boards
 from generator.codegen import families
 from generator.tools import tables
 
@@ -25,6 +26,13 @@ DEBUG = ["-g"]
 # bare metal: the hand-written glue and the tokenizer (not the model) are compiled for size
 SIZE = ["-Os"]
 
+# The C library of a bare-metal image, per instruction set (generator/build/boards.py
+# board_arch): Arm's newlib-nano (gcc-arm-none-eabi's libnewlib-arm-none-eabi); on RISC-V
+# picolibc (Debian's riscv64-unknown-elf gcc ships no C library of its own), whose specs file
+# also gives the compiler its headers.  The engine takes string functions from it, nothing else.
+BARE_LIBC = {"Arm Cortex-M": "--specs=nano.specs", "riscv32": "--specs=picolibc.specs"}
+BARE_LIBC_COMPILE = {"riscv32": ("--specs=picolibc.specs",)}
+
 # GCC only: per-function stack use and the call graph generator.build.elfcheck reads.
 STACK_USAGE = ["-fstack-usage", "-fcallgraph-info=su"]
 
@@ -38,6 +46,7 @@ def compile_flags(board: dict, family: str) -> list[str]:
         flags += ZIG_FLAGS
     if board["os"] == "none":
         flags += ["-ffunction-sections", "-fdata-sections"]   # --gc-sections drops the unused
+        flags += list(BARE_LIBC_COMPILE.get(boards.board_arch(board), ()))
     return flags
 
 
@@ -49,7 +58,8 @@ def link_flags(board: dict, script: str | None = None, map_file: str | None = No
             raise ValueError(f"board {board['name']} is bare metal: give its linker script")
         # --emit-relocs: the image keeps its relocations (not loaded), so the post-link check
         # knows which words are function pointers (generator.build.elfcheck, worst stack)
-        flags += ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-Wl,--emit-relocs", f"-T{script}"]
+        flags += ["-nostartfiles", BARE_LIBC[boards.board_arch(board)], "-Wl,--gc-sections", "-Wl,--emit-relocs",
+                  f"-T{script}"]
         if "slots" in board:
             # the code region starts MCUboot's header into a slot: without --nmagic the first
             # segment would start at the page below and load the ELF headers into the header

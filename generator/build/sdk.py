@@ -73,7 +73,7 @@ def board_support_sources(board: dict) -> list[str]:
     # after the HAL, whose flash driver defines the strong one: in libneedle_board.a the linker
     # takes the first member that defines a symbol it needs, so the driver's must come first
     mcuboot = sources.MCUBOOT_SOURCES if "slots" in board else []
-    return sources.BOARD_SUPPORT_SOURCES + boards.hal_sources(board) + mcuboot
+    return sources.board_support_sources(boards.board_arch(board)) + boards.hal_sources(board) + mcuboot
 
 
 def archive_file(board: dict) -> str | None:

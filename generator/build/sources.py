@@ -50,8 +50,15 @@ LINUX_SOURCES = [f"{HAL_DIR}/format.c", f"{HAL_DIR}/linux/hal_linux.c", f"{HAL_D
                  f"{CLI_DIR}/bench.c"] + [f"{CLI_DIR}/serve_{f}.c" for f in ("transport", "requests", "sessions")]
 # a bare-metal board's: the SysTick benchmark (beside the board support below)
 BAREMETAL_SOURCES = ["baremetal/bench_mcu.c"]
-# the reference board support's start-up and formatting (libneedle_board.a; + the console)
-BOARD_SUPPORT_SOURCES = ["baremetal/startup.c", f"{HAL_DIR}/format.c"]
+# the reference board support's start-up, per bare-metal instruction set (the names
+# generator/build/boards.py board_arch gives), and its formatting (libneedle_board.a; + the console)
+STARTUP_SOURCES = {"Arm Cortex-M": "baremetal/startup.c", "riscv32": "baremetal/startup_riscv.c"}
+FORMAT_SOURCES = [f"{HAL_DIR}/format.c"]
+
+
+def board_support_sources(arch: str) -> list[str]:
+    """Start-up and formatting of a bare-metal board of instruction set `arch`."""
+    return [STARTUP_SOURCES[arch]] + FORMAT_SOURCES
 # newlib's system calls on the HAL: libneedle_board.a only (generator/build/sdk.py)
 SYSCALL_SOURCES = ["baremetal/syscalls.c"]
 # f32 arithmetic of the soft-float boards (generator/build/boards.py runtime_sources)

@@ -56,7 +56,9 @@ def _region(board: dict, use: str) -> dict:
 # The stack guard (firmware/baremetal/startup.c picks the mechanism from the core, the
 # linker script reserves its memory).  Armv7-M cores (Cortex-M3/M4/M7) get an MPU region
 # with no access below the stack; Armv8-M Mainline / Armv8.1-M cores (Cortex-M33, M55, ...)
-# limit the stack with MSPLIM and need no memory for it; other cores have no guard.
+# limit the stack with MSPLIM and need no memory for it; RV32 cores get a locked PMP entry
+# with no permissions (startup_riscv.c: NAPOT, the same power-of-two size and alignment);
+# other cores have no guard.
 # 1 KiB: PMSAv7 wants a power of two >= 32 bytes, and an overflow can only step over the
 # guard in a frame larger than it; the post-link check (generator/build/elfcheck.py)
 # refuses an image with such a frame (the largest today: newlib's __kernel_rem_pio2, 656
@@ -70,14 +72,17 @@ FAULT_STACK_BYTES = 512
 
 
 def stack_guard_kind(board: dict) -> str:
-    """"mpu", "msplim" or "none": the guard startup.c sets up on the board's core."""
+    """"mpu", "msplim", "pmp" or "none": the guard the start-up code sets up on the board's core."""
+    if board["os"] == "none" and any(f.startswith("-march=rv32") for f in board["arch_flags"]):
+        return "pmp"
     cpu = next((f.split("=", 1)[1].split("+")[0] for f in board["arch_flags"] if f.startswith("-mcpu=")), "")
     return "mpu" if cpu in MPU_GUARD_CPUS else "msplim" if cpu in MSPLIM_CPUS else "none"
 
 
 def stack_guard_bytes(board: dict) -> int:
-    """Bytes of the MPU stack guard below the stack (Armv7-M cores), else 0."""
-    return MPU_STACK_GUARD_BYTES if stack_guard_kind(board) == "mpu" else 0
+    """Bytes of the stack guard region below the stack (an Armv7-M MPU or a RISC-V PMP
+    region), else 0."""
+    return MPU_STACK_GUARD_BYTES if stack_guard_kind(board) in ("mpu", "pmp") else 0
 
 
 def linker_context(board: dict, archive_bytes: int) -> dict:
@@ -91,7 +96,8 @@ def linker_context(board: dict, archive_bytes: int) -> dict:
                         "or a board with more flash")
     return {"generator_version": __version__, "board": board["name"],
             "regions": board["memory"]["regions"], "stack_bytes": board["stack_bytes"],
-            "stack_guard_bytes": stack_guard_bytes(board), "fault_stack_bytes": FAULT_STACK_BYTES,
+            "stack_guard_bytes": stack_guard_bytes(board), "stack_guard": stack_guard_kind(board),
+            "fault_stack_bytes": FAULT_STACK_BYTES,
             "heap_bytes": board.get("heap_bytes", 0),
             "placement": board["archive"]["placement"], "archive_bytes": archive_bytes,
             "archive_length": arch["length"], "code": _region(board, "code")["name"],

@@ -1,5 +1,7 @@
-/* HAL for bare-metal Arm targets: Arm semihosting (console, host files, command line, exit
- * status), served by QEMU's -semihosting or by a debug probe. */
+/* HAL for bare-metal targets: semihosting (console, host files, command line, exit status),
+ * served by QEMU's -semihosting or by a debug probe.  Arm's semihosting interface; RISC-V
+ * adopted it unchanged (the RISC-V semihosting specification): the same operations and
+ * parameter blocks, reached through another trap. */
 #include <stdint.h>
 #include <string.h>
 
@@ -17,13 +19,26 @@ enum {
 #define OPEN_W_B 5u   /* "wb" */
 #define OPEN_A   8u   /* "a": ":tt" opened so is standard error */
 
-/* The semihosting trap: operation in r0, parameter block in r1, result in r0. */
+/* The semihosting trap: operation and parameter block in, result out.
+ *   Arm (Thumb): r0, r1; BKPT 0xAB.
+ *   RISC-V: a0, a1; EBREAK between the markers SLLI x0, x0, 0x1f and SRAI x0, x0, 7, all
+ *   three uncompressed (norvc) and in one page, which 16-byte alignment of the sequence
+ *   ensures: the debugger (or QEMU) tells a semihosting call from a breakpoint by them. */
 static int32_t semihost(uint32_t op, const void *arg)
 {
+#if defined(__riscv)
+    register uint32_t a0 __asm__("a0") = op;
+    register const void *a1 __asm__("a1") = arg;
+    __asm__ volatile(".option push\n\t.option norvc\n\t.balign 16\n\t"
+                     "slli x0, x0, 0x1f\n\tebreak\n\tsrai x0, x0, 7\n\t.option pop"
+                     : "+r"(a0) : "r"(a1) : "memory");
+    return (int32_t)a0;
+#else
     register uint32_t r0 __asm__("r0") = op;
     register const void *r1 __asm__("r1") = arg;
     __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
     return (int32_t)r0;
+#endif
 }
 
 static int32_t console_out = -1, console_err = -1, console_in = -2;   /* -2: not opened yet */
