@@ -32,6 +32,7 @@ from pathlib import Path
 
 from generator.archive.format import CQ_GROUP
 from generator.build import boards, flags
+from generator.build import sources as sources_of
 from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
@@ -41,6 +42,11 @@ ENGINE_OBJECTS = ("needle_model.o", "needle_kernels.o", "needle_tokenizer.o")
 
 
 def ns_per_tick(board: dict) -> float:
+    """Instructions per tick of the firmware's counter, under -icount shift=0 (1 ns each):
+    RISC-V reads minstret, one tick per instruction; Cortex-M reads SysTick, whose clock is
+    the board file's emulator.systick_hz."""
+    if boards.board_arch(board).startswith("riscv"):
+        return 1.0
     hz = board["emulator"].get("systick_hz")
     if not isinstance(hz, int) or hz <= 0:
         raise CactError(f"board {board['name']}: emulator.systick_hz (QEMU's SysTick CPU clock) is "
@@ -201,15 +207,15 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
         "bench_rows": BENCH_SHAPE[0], "bench_groups": BENCH_SHAPE[1]}))
     cc = boards.compiler(board)
     fw = ROOT / "firmware"
-    sources = [out_dir / "driver.c", fw / "baremetal" / "startup.c", fw / "hal" / "format.c",
-               *(fw / src for src in boards.hal_sources(board))]
+    sources = [out_dir / "driver.c", *(fw / src for src in sources_of.board_support_sources(boards.board_arch(board))),
+               *(fw / src for src in boards.hal_sources(board) + boards.runtime_sources(board))]
     if (gen / "needle_archive.S").exists():
         sources.append(gen / "needle_archive.S")
     elf = out_dir / "driver.elf"
-    cmd = ([cc] + flags.compile_flags(board, family) + boards.hal_defines(board)
+    cmd = ([cc] + boards.hal_defines(board)
            + ["-Wno-unused-function", f"-I{gen}", f"-I{fw / 'hal'}", f"-I{fw / 'lib'}"]
            + [str(s) for s in sources]
-           + flags.link_flags(board, str(gen / "link.ld")) + ["-o", str(elf), "-lm"])
+           + flags.compile_and_link_flags(board, family, str(gen / "link.ld")) + ["-o", str(elf), "-lm"])
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out_dir)
     if proc.returncode:
         raise CactError(f"kernel driver for {board_name}/{family} failed to build:\n{proc.stderr[-4000:]}")

@@ -261,6 +261,43 @@ def test_riscv_vector_boards_are_refused_in_one_line(board_error, edit, message)
     assert message in board_error("riscv64-k1", edit)
 
 
+@pytest.mark.parametrize("name, edit, message", [
+    ("esp32-c6-virt", lambda t: t.replace('"-mabi=ilp32"', '"-mabi=ilp32f"'),
+     "-mabi=ilp32f passes floats in FPU registers but -march=rv32imac has no F extension: use -mabi=ilp32 "
+     "(soft float) on a core without an FPU"),
+    ("esp32-p4-virt", lambda t: t.replace('"-mabi=ilp32f"', '"-mabi=ilp32d"'),
+     "-mabi=ilp32d passes floats in FPU registers but -march=rv32imafc has no D extension"),
+    ("esp32-c6-virt", lambda t: t.replace('kernels = "scalar"', 'kernels = "rvv"'),
+     "kernels = rvv is riscv64 code and board esp32-c6-virt is riscv32: choose one of scalar"),
+])
+def test_riscv32_float_abi_and_family_refused_in_one_line(board_error, name, edit, message):
+    """An FPU-less core with a hard-float ABI (GCC would build code that traps on the first
+    float), or a vector family on an RV32 core without V: refused when the board file loads."""
+    assert message in board_error(name, edit)
+
+
+def test_riscv32_image_of_another_float_abi_is_refused(built):
+    """The ELF's float ABI (e_flags) against the board's: the P4 twin's hard-float image is
+    refused for the C6 twin in one line, and each twin's own image passes."""
+    from generator.build import elfcheck
+    p4 = built["esp32-p4-virt", "tiny"] / "needle.elf"
+    with open(p4, "rb") as fh, pytest.raises(CactError) as err:
+        elfcheck.check_binary(fh, str(p4), boards.load("esp32-c6-virt"))
+    assert "is built for the single-float ABI, but board esp32-c6-virt uses soft float" in str(err.value)
+    for name in ("esp32-c6-virt", "esp32-p4-virt"):
+        elf = built[name, "tiny"] / "needle.elf"
+        with open(elf, "rb") as fh:
+            elfcheck.check_binary(fh, str(elf), boards.load(name))
+
+
+def test_riscv32_boards_are_soft_or_hard_float_as_their_abi_says():
+    c6, p4 = boards.load("esp32-c6-virt"), boards.load("esp32-p4-virt")
+    assert boards.board_arch(c6) == boards.board_arch(p4) == "riscv32"
+    assert boards.soft_float(c6) and boards.runtime_sources(c6) == ["softfloat/softfloat.c"]
+    assert not boards.soft_float(p4) and boards.runtime_sources(p4) == []
+    assert boards.riscv_float_abi(p4) == ("f", "single") and boards.riscv_float_abi(boards.load("riscv64-k1")) is None
+
+
 def test_watch_m7_inherits_watch_m4():
     m4, m7 = boards.load("watch-m4"), boards.load("watch-m7")
     assert [p.name for p in boards.files("watch-m7")] == ["watch-m7.toml", "watch-m4.toml"]

@@ -25,7 +25,9 @@ BARE = [b for b in boards.names() if boards.load(b)["os"] == "none"]
 FLASHABLE = [b for b in BARE if "flash" in boards.load(b)]
 NOT_FLASHABLE = [b for b in BARE if "flash" not in boards.load(b)]
 # boards behind MCUboot ([slots]) flash the signed image: host_tests/test_mcuboot.py
-UNSIGNED = [b for b in FLASHABLE if "slots" not in boards.load(b)]
+# the ESP32 boards: their boot ROM takes ESP-IDF's image format, and flash= refuses them
+ESP_IDF = [b for b in FLASHABLE if boards.load(b)["flash"]["probe"] == "esp-idf"]
+UNSIGNED = [b for b in FLASHABLE if "slots" not in boards.load(b) and b not in ESP_IDF]
 NO_EMULATOR = [b for b in BARE if not boards.load(b)["emulator"]["command"]]
 TOOLS = ("pyocd", "openocd")
 
@@ -106,7 +108,21 @@ def test_flash_options_are_checked(tmp_path):
         assert message in proc.stderr
 
 
-@pytest.mark.parametrize("name", NO_EMULATOR)
+@pytest.mark.parametrize("name", ESP_IDF)
+@pytest.mark.parametrize("option", ["flash=dry", "flash=1", "run=1"])
+def test_esp32_boards_name_the_esp_idf_route(name, option, tmp_path):
+    """flash= and run= on a real ESP32 board: one line naming ESP-IDF (and the emulated twin)."""
+    assert {"esp32-c6", "esp32-p4"} <= set(ESP_IDF)
+    proc = scons(f"board={name}", f"build={tmp_path / 'b'}", option, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "put the engine in an ESP-IDF project (docs/boards.md" in proc.stderr
+    if option == "run=1":
+        assert f"scons board={name}-virt run=1" in proc.stderr
+    else:
+        assert f"board {name} boots only images in ESP-IDF's format" in proc.stderr
+
+
+@pytest.mark.parametrize("name", [b for b in NO_EMULATOR if b not in ESP_IDF])
 def test_missing_programmer_names_its_install_command(name, tmp_path):
     env = dict(os.environ, PATH=str(Path(sys.executable).parent))
     proc = scons(f"board={name}", f"build={tmp_path / 'b'}", "flash=1", check=False, env=env)
@@ -172,7 +188,7 @@ def test_a_failing_programmer_is_one_line_and_exit_2(built, tmp_path):
 
 # ---- the boards themselves -----------------------------------------------------------------
 
-@pytest.mark.parametrize("name", NO_EMULATOR)
+@pytest.mark.parametrize("name", [b for b in NO_EMULATOR if b not in ESP_IDF])   # ESP32: above
 def test_boards_without_emulator_refuse_to_run(name, tmp_path):
     board = boards.load(name)
     line = f"board {name} has no emulator: flash it (scons board={name} flash=1) or build only"
@@ -183,7 +199,11 @@ def test_boards_without_emulator_refuse_to_run(name, tmp_path):
     assert proc.returncode == 2 and proc.stderr == f"scons: error: {line}\n"
 
 
-@pytest.mark.parametrize("name", NO_EMULATOR)
+# the boards whose .data/.bss live in external RAM (the ESP32-C6 keeps them in on-chip SRAM)
+EXTERNAL_RAM = [b for b in NO_EMULATOR if any(r["use"] == "stack" for r in boards.load(b)["memory"]["regions"])]
+
+
+@pytest.mark.parametrize("name", EXTERNAL_RAM)
 def test_stack_works_before_the_bsp(built, name):
     """.data/.bss go to external RAM the BSP sets up (hal_board_init); the stack, used before
     that, is in the board's "stack" region (on-chip SRAM)."""

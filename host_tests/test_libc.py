@@ -1,6 +1,7 @@
 """The C library in a program of your own on a bare-metal board (issue 49 item 1): the board
 support library (libneedle_board.a, needle::board) carries newlib's system calls on the HAL
-(firmware/baremetal/syscalls.c), so examples/printf's printf (%lld, %llx, %f, %e), fgets and
+(firmware/baremetal/syscalls.c; picolibc's standard streams on the RISC-V twins,
+syscalls_picolibc.c), so examples/printf's printf (%lld, %llx, %f, %e), fgets and
 malloc work on every emulated watch, semihosting and UART consoles alike, and print what the
 host's glibc prints.  The heap is the board file's heap_bytes: none by default (malloc
 returns NULL with errno ENOMEM and printf's %f, which newlib's dtoa takes scratch for, is
@@ -21,7 +22,8 @@ from host_tests.scons_run import ROOT, env_with_boards, scons
 
 EXAMPLES = ROOT / "examples"
 # the emulated bare-metal boards; the -uart twins inherit their parent's heap_bytes
-WATCHES = ["watch-m4", "watch-m7", "watch-m55", "watch-m4-uart", "watch-m55-uart"]
+WATCHES = ["watch-m4", "watch-m7", "watch-m55", "watch-m4-uart", "watch-m55-uart",
+           "esp32-c6-virt", "esp32-p4-virt"]      # the RISC-V twins: picolibc (syscalls_picolibc.c)
 HEAP = 16384
 QUERY, MAX_NEW, ALLOC = "set a timer for ten minutes", 3, 4000
 LINE = "a line for fgets\n"
@@ -33,7 +35,7 @@ def heap_boards(tmp_path_factory):
     work = tmp_path_factory.mktemp("heap-boards")
     d = work / "boards"
     shutil.copytree(ROOT / "boards", d)
-    for name in ("watch-m4", "watch-m7", "watch-m55"):
+    for name in ("watch-m4", "watch-m7", "watch-m55", "esp32-c6-virt", "esp32-p4-virt"):
         path = d / f"{name}.toml"
         text = path.read_text()
         table = text.index("\n[")          # a top-level key goes before the first table
@@ -119,14 +121,16 @@ def test_printf_floats_long_long_and_fgets_as_on_the_host(name, sdks, host_lines
     assert any(line.startswith("checksum: ") and "half negated -" in line for line in lines)
 
 
-def test_no_heap_by_default_malloc_returns_null(sdks, host_lines, tmp_path, board_runner):
-    """heap_bytes unset (0): malloc fails cleanly with ENOMEM; printf's integer conversions do
-    not need the heap; the linker script reserves nothing and the report shows no heap."""
-    build = sdks("watch-m4", False)
+@pytest.mark.parametrize("name", ["watch-m4", "esp32-c6-virt"])
+def test_no_heap_by_default_malloc_returns_null(name, sdks, host_lines, tmp_path, board_runner):
+    """heap_bytes unset (0): malloc fails cleanly with ENOMEM (on RISC-V picolibc's errno is
+    thread-local: start-up points tp at the TLS block); printf's integer conversions do not
+    need the heap; the linker script reserves nothing and the report shows no heap."""
+    build = sdks(name, False)
     assert "HEAP_BYTES = 0;" in (build / sdk.SDK_DIR / "share" / "needle" / "needle.ld").read_text()
     assert " heap " not in (build / "memory.txt").read_text()
     program = make("printf", build, tmp_path / "out")
-    lines = run_printf("watch-m4", build, program, tmp_path, board_runner)
+    lines = run_printf(name, build, program, tmp_path, board_runner)
     want = [line for line in host_lines if not line.startswith(("p[", "malloc("))]
     floats = "floats: no heap for printf's %f (set heap_bytes in the board file)"
     assert lines[1:] == want[:-1] + [f"malloc({ALLOC}): NULL (ENOMEM)", floats, want[-1]]

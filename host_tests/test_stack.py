@@ -1,6 +1,6 @@
 """The stack on bare metal (firmware/baremetal/startup.c, templates/link.ld.j2,
 generator/build/elfcheck.py): the guard below the stack trips on an overflow (an MPU region
-on the Cortex-M4 and M7, MSPLIM on the Cortex-M55), the worst-stack figure counts library
+on the Cortex-M4 and M7, MSPLIM on the Cortex-M55, a PMP region on RV32), the worst-stack figure counts library
 functions (read from the image's disassembly), and the post-link check refuses a stack
 smaller than the deepest path plus the exception reserve."""
 
@@ -90,6 +90,35 @@ def test_stack_guard_trips_on_overflow(name, guard, first, tmp_path, board_runne
         assert sym["__stack_guard_start"] <= mmfar < bottom
     else:
         assert sp == bottom and cfsr & (1 << 20)        # STKOF; SP left at the limit
+
+
+@pytest.mark.parametrize("name", ["esp32-c6-virt", "esp32-p4-virt"])
+def test_pmp_stack_guard_trips_on_overflow(name, tmp_path, board_runner):
+    """RV32 (startup_riscv.c): a locked PMP entry with no permissions below the stack; the first
+    store into it is a store access fault, dumped from the trap handler's own stack."""
+    board = boards.load(name)
+    why = boards.missing_tools(board, run=True)
+    if why:
+        pytest.skip(why)
+    assert pipeline.stack_guard_kind(board) == "pmp"
+    elf = build_tiny(board, OVERFLOW_MAIN, tmp_path)
+    sym = symbols(board, elf)
+    bottom, guard = sym["__stack_bottom"], sym["__stack_guard_start"]
+    assert sym["__stack_top"] - bottom == board["stack_bytes"]
+    assert sym["__stack_guard_end"] == bottom and sym["__fault_stack_top"] <= guard
+    size = bottom - guard        # NAPOT: a power of two, aligned to its size
+    assert size == pipeline.MPU_STACK_GUARD_BYTES and guard % size == 0
+    proc = board_runner(board, elf, None).run([], timeout=600, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert proc.stdout == "about to overflow\n"
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "needle: fault: store access fault (mcause 7)" and len(lines) == 3
+    sp = int(lines[1].split("sp=0x")[1].split()[0], 16)
+    assert guard <= sp < bottom
+    assert lines[1] == (f"needle: fault: stack overflow (sp=0x{sp:x} at or below the stack's bottom "
+                        f"0x{bottom:x}): {OVERFLOW}")
+    mtval = int(lines[2].split("mtval=0x")[1].split()[0], 16)
+    assert lines[2].startswith("needle: fault: mepc=0x") and guard <= mtval < bottom
 
 
 # --- the worst-stack figure and the budget ---------------------------------------------------

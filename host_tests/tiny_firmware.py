@@ -26,9 +26,10 @@ def build_tiny(board: dict, main_c: str, out: Path, name: str = "fw") -> Path:
     (out / f"{name}_main.c").write_text(main_c)
     (out / f"{name}.ld").write_text(render.render("link.ld.j2", pipeline.linker_context(board, 0)))
     sources = [out / f"{name}_main.c"] + [FIRMWARE / s for s in sdk.board_support_sources(board)]
-    cmd = (boards.compiler_argv(board) + flags.compile_flags(board, boards.kernel_family(board))
-           + boards.hal_defines(board) + [f"-I{FIRMWARE / 'hal'}"] + [str(s) for s in sources]
-           + flags.link_flags(board, str(out / f"{name}.ld")) + ["-o", str(out / f"{name}.elf")])
+    cmd = (boards.compiler_argv(board) + boards.hal_defines(board) + [f"-I{FIRMWARE / 'hal'}"]
+           + [str(s) for s in sources]
+           + flags.compile_and_link_flags(board, boards.kernel_family(board), str(out / f"{name}.ld"))
+           + ["-o", str(out / f"{name}.elf")])
     cc = subprocess.run(cmd, capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr
     return out / f"{name}.elf"

@@ -4,6 +4,9 @@
  * (semihosting) and exits with status 4; a stack overflow gets one line of its own.  The
  * Cortex-M twin of this file is startup.c; the console, formatting and exit are the same HAL.
  *
+ * The thread pointer (tp) points at the one thread's TLS block (templates/link.ld.j2, .tdata),
+ * where picolibc keeps errno.
+ *
  * Everything runs in machine mode, as a bare-metal image on the ESP32-C6/P4 cores and on
  * QEMU's virt machine with -bios none does (the reset vector jumps to the ELF entry).  CSR
  * instructions are written with `.option arch, +zicsr`: the board's -march names the base ISA
@@ -16,6 +19,8 @@
 
 extern uint32_t __data_load[], __data_start[], __data_end[], __bss_start[], __bss_end[];
 extern uint32_t __ram_text_load[], __ram_text_start[], __ram_text_end[];
+/* the thread-local block (picolibc's errno): one loaded section, tp points at its start */
+extern uint32_t __tdata_load[], __tdata_start[], __tdata_end[];
 /* templates/link.ld.j2: the main stack [__stack_bottom, __stack_top), the guard
  * [__stack_guard_start, __stack_guard_end) right below it, the trap handler's own stack below
  * the guard. */
@@ -63,7 +68,10 @@ void reset_c(void)
     stack_guard_pmp();
     memcpy(__ram_text_start, __ram_text_load, (size_t)((uint8_t *)__ram_text_end - (uint8_t *)__ram_text_start));
     memcpy(__data_start, __data_load, (size_t)((uint8_t *)__data_end - (uint8_t *)__data_start));
+    memcpy(__tdata_start, __tdata_load, (size_t)((uint8_t *)__tdata_end - (uint8_t *)__tdata_start));
     memset(__bss_start, 0, (size_t)((uint8_t *)__bss_end - (uint8_t *)__bss_start));
+    /* RISC-V TLS (variant I, no TCB): a thread-local's address is tp + its offset in the block */
+    __asm__ volatile("mv tp, %0" : : "r"(__tdata_start) : "memory");
     hal_main();
 }
 

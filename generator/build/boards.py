@@ -78,7 +78,10 @@ REGION_KEYS = ("name", "origin", "length", "use")
 REGION_USES = ("code", "data", "archive")
 OPTIONAL_REGION_USES = ("stack",)       # a stack of its own (internal SRAM, usable before the BSP
                                         # brings up external RAM); otherwise the stack follows .bss
-PROBES = ("pyocd", "openocd", "picotool")   # [flash] probe: how `scons flash=1` programs the board
+# [flash] probe: how `scons flash=1` programs the board; "esp-idf": not by needle-fw at all (the
+# chip's boot ROM takes ESP-IDF's image format: the engine goes into an ESP-IDF project, and
+# flash= is refused naming that route, generator/build/flash.py)
+PROBES = ("pyocd", "openocd", "picotool", "esp-idf")
 # boot_block: a block the board's boot ROM needs in the image (startup.c emits it, link.ld
 # places it right after the vector table and checks where it lands)
 BOOT_BLOCKS = {"rp2350-image-def": "-DNEEDLE_BOOT_BLOCK_RP2350_IMAGE_DEF=1"}
@@ -421,7 +424,7 @@ def load(name: str) -> dict:
         for key in ("openocd", "openocd_commands"):
             if not all(isinstance(f, str) for f in fl.get(key, [])):
                 bad(f"flash.{key} must be a list of strings")
-        if not fl.get("pyocd_target") and not fl.get("openocd") and fl["probe"] != "picotool":
+        if not fl.get("pyocd_target") and not fl.get("openocd") and fl["probe"] not in ("picotool", "esp-idf"):
             bad("[flash] needs pyocd_target or openocd (config files)")
         if fl["probe"] == "pyocd" and not fl.get("pyocd_target"):
             bad("flash.probe = \"pyocd\" needs flash.pyocd_target")
@@ -498,6 +501,11 @@ def no_emulator(board: dict) -> str | None:
     """The one line refusing to run a bare-metal board that has no emulator, or None."""
     if board["os"] != "none" or board["emulator"]["command"]:
         return None
+    if board.get("flash", {}).get("probe") == "esp-idf":
+        twin = f"{board['name']}-virt"
+        run_twin = f"run its emulated twin (scons board={twin} run=1) or " if _path(twin).is_file() else ""
+        return (f"board {board['name']} has no emulator: {run_twin}put the engine in an ESP-IDF project "
+                "(docs/boards.md, \"RISC-V microcontrollers\")")
     return (f"board {board['name']} has no emulator: flash it (scons board={board['name']} flash=1) "
             "or build only")
 

@@ -69,3 +69,11 @@ def link_flags(board: dict, script: str | None = None, map_file: str | None = No
     elif board["toolchain_prefix"] or board.get("toolchain") == "zig":
         flags.append("-static")       # cross-built Linux executables run as they are
     return flags
+
+
+def compile_and_link_flags(board: dict, family: str, script: str | None = None) -> list[str]:
+    """Flags of one command that compiles and links (the test and benchmark drivers): the
+    compile flags, then the link flags they do not already hold (a specs file named twice is
+    an error)."""
+    cflags = compile_flags(board, family)
+    return cflags + [f for f in link_flags(board, script) if f not in cflags]

@@ -44,6 +44,9 @@ def refusal(board: dict, probe: str | None = None, dry: bool = False) -> str | N
         emu = board["emulator"]["command"]
         return (f"board {name} has no [flash] table: it models a board under {emu[0]} "
                 f"(scons board={name} run=1); there is nothing to program through a probe")
+    if board["flash"]["probe"] == "esp-idf":
+        return (f"board {name} boots only images in ESP-IDF's format, which needle-fw does not build: "
+                f"put the engine in an ESP-IDF project (docs/boards.md, \"RISC-V microcontrollers\")")
     probe = probe_for(board, probe)
     fl = board["flash"]
     if probe == "pyocd" and not fl.get("pyocd_target"):

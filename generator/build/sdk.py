@@ -29,6 +29,7 @@ import sys
 
 from generator.build import boards, flags, sources
 from generator.codegen import render
+from generator.errors import CactError
 
 SDK_DIR = "sdk"
 
@@ -56,8 +57,12 @@ BOARD_ENTRY = "Reset_Handler"
 # newlib's system calls on the HAL (firmware/baremetal/syscalls.c): in libneedle_board.a only,
 # never in the needle firmware (whose engine is heap-free).  The C library is searched after
 # libneedle_board.a, so the link names one of them and the whole object comes in first.
-SYSCALL_SOURCES = sources.SYSCALL_SOURCES
-SYSCALL_ENTRY = "_write"
+SYSCALL_ENTRY = {"Arm Cortex-M": "_write", "riscv32": "stdout"}
+
+
+def syscall_sources(board: dict) -> list[str]:
+    """The C library's hooks on the HAL for the board's instruction set (paths under firmware/)."""
+    return sources.SYSCALL_SOURCES[boards.board_arch(board)]
 SHA256_HOOK = "hal_sha256"
 FLASH_HOOK = "hal_flash_program"
 CONFIRM_HOOK = "needle_image_confirm"
@@ -108,18 +113,43 @@ def _processor(board: dict) -> str:
     return next((v for k, v in PROCESSORS.items() if arch.startswith(k)), arch)
 
 
+def libc_include_flags(board: dict, host_cc: str = "gcc") -> list[str]:
+    """-isystem flags for the C library's headers where the compile flags reach them through a
+    specs file (flags.BARE_LIBC_COMPILE: picolibc on RISC-V), as the compiler itself lists them
+    (`-E -v`: its include search); [] elsewhere."""
+    import subprocess
+    specs = list(flags.BARE_LIBC_COMPILE.get(boards.board_arch(board), ()))
+    if not specs:
+        return []
+    cmd = boards.compiler_argv(board, host_cc) + board["arch_flags"] + specs + ["-xc", "-E", "-v", os.devnull]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = proc.stderr.splitlines()
+    try:
+        start, end = lines.index("#include <...> search starts here:"), lines.index("End of search list.")
+    except ValueError:
+        raise CactError(f"{shlex.join(cmd)} did not list its include directories: {proc.stderr.strip()[-300:]}") from None
+    dirs = [ln.strip() for ln in lines[start + 1:end] if "picolibc" in ln]
+    if not dirs:
+        raise CactError(f"board {board['name']}: the compiler lists no picolibc include directory: "
+                        f"apt-get install {board['toolchain_package']}")
+    return [f"-isystem{d}" for d in dirs]
+
+
 def context(board: dict, sha256: str, host_cc: str = "gcc", threads: int = 1) -> dict:
     """What the templates of templates/sdk/ read (threads: the engine's NEEDLE_THREADS)."""
     from generator import __version__
     bare = board["os"] == "none"
     link = flags.link_flags(board, "@LDSCRIPT@") if bare else flags.link_flags(board)
-    arch = list(board["arch_flags"])
+    # the architecture's flags, and on RISC-V picolibc's headers (the firmware's build takes them
+    # from its specs file, which the board's link flags name: a compile-and-link command that
+    # gets both Cflags and Libs must not name it twice, so Cflags names the directory)
+    arch = list(board["arch_flags"]) + (libc_include_flags(board, host_cc) if bare else [])
     # needle::needle / needle.pc: the flags that must match the library's objects
     needle_link = [f for f in link if f in arch or f == "-static"] + (["-pthread"] if threads > 1 else [])
     # needle::board / needle-board.pc: the start-up files, linker script and entry on top
     # (the full newlib, not newlib-nano: a user's printf has %lld and %f; the engine calls none of it)
     board_link = [f for f in link if f not in needle_link and f not in NANO] + [
-        f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY}"] + (
+        f"-Wl,--undefined={BOARD_ENTRY}", f"-Wl,--undefined={SYSCALL_ENTRY.get(boards.board_arch(board), '_write')}"] + (
         # a hash accelerator's hal_sha256 must win over the engine's weak software one
         [f"-Wl,--undefined={SHA256_HOOK}"] if "sha256" in board else []) + (
         # with [slots]: the image confirmation libneedle.a's needle_boot calls (this library is

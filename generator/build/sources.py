@@ -59,8 +59,9 @@ FORMAT_SOURCES = [f"{HAL_DIR}/format.c"]
 def board_support_sources(arch: str) -> list[str]:
     """Start-up and formatting of a bare-metal board of instruction set `arch`."""
     return [STARTUP_SOURCES[arch]] + FORMAT_SOURCES
-# newlib's system calls on the HAL: libneedle_board.a only (generator/build/sdk.py)
-SYSCALL_SOURCES = ["baremetal/syscalls.c"]
+# the C library's hooks on the HAL, per bare-metal instruction set: libneedle_board.a only
+# (generator/build/sdk.py): newlib's system calls (Cortex-M), picolibc's standard streams (RISC-V)
+SYSCALL_SOURCES = {"Arm Cortex-M": ["baremetal/syscalls.c"], "riscv32": ["baremetal/syscalls_picolibc.c"]}
 # f32 arithmetic of the soft-float boards (generator/build/boards.py runtime_sources)
 SOFTFLOAT_SOURCES = ["softfloat/softfloat.c"]
 # the host program that compiles built-in tools into grammar tables (generator/tools/tables.py)

@@ -109,10 +109,10 @@ def library(env, built) -> list:
     if env["tools"]:
         headers.update(sdk.TOOLS_HEADERS)
     if built.bare:
-        # + newlib's system calls (printf, malloc, exit in the user's program): compiled here
+        # + the C library's hooks (printf, malloc, exit in the user's program): compiled here
         # only, never linked into the needle firmware (generator/build/sdk.py)
         syscalls = [aenv.Object(obj_dir.File(os.path.splitext(p)[0] + ".o"), obj_dir.File(p),
-                                CCFLAGS=built.cflags + flags.SIZE)[0] for p in sdk.SYSCALL_SOURCES]
+                                CCFLAGS=built.cflags + flags.SIZE)[0] for p in sdk.syscall_sources(board)]
         out += aenv.StaticLibrary(lib_dir.File("libneedle_board.a"), objs(sdk.board_support_sources(board)) + syscalls)
         out += aenv.InstallAs(share.File("needle.ld"), gen_dir.File("link.ld"))
         headers.update(sdk.BOARD_HEADERS)

@@ -29,7 +29,9 @@ static int32_t semihost(uint32_t op, const void *arg)
 #if defined(__riscv)
     register uint32_t a0 __asm__("a0") = op;
     register const void *a1 __asm__("a1") = arg;
-    __asm__ volatile(".option push\n\t.option norvc\n\t.balign 16\n\t"
+    /* the alignment before norvc: under RVC the assembler reserves the padding the linker's
+     * relaxation may need (2-byte steps); under norvc it could not */
+    __asm__ volatile(".balign 16\n\t.option push\n\t.option norvc\n\t"
                      "slli x0, x0, 0x1f\n\tebreak\n\tsrai x0, x0, 7\n\t.option pop"
                      : "+r"(a0) : "r"(a1) : "memory");
     return (int32_t)a0;
