@@ -26,10 +26,10 @@ from generator.errors import CactError
 GEMM_FORMS = ("family", "blocked")
 #: needle_kernels.h's int8 dot of the attention scores (nk_dot_i8n): the generic loop, which
 #: compilers vectorise where the length is a constant, or a shared implementation.
-DOT_I8N = ("loop", "smlad", "helium")
+DOT_I8N = ("loop", "smlad", "helium", "family")
 #: needle_kernels.h's weighted sum of int8 values: the generic nk_mac_i8n (one position at a
 #: time, a loop compilers vectorise) or a shared nk_ws_i8n over runs of positions.
-WEIGHTED_SUM = ("loop", "blocked", "avx2", "helium")
+WEIGHTED_SUM = ("loop", "blocked", "avx2", "helium", "family")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,12 @@ OPTIONAL = (
            "decode attention decodes the keys straight into the columns, a strided store a value"),
     Symbol("nk_fwht", "the unnormalised butterfly of a group (own_fwht)",
            "needle_kernels.c's butterflies: radix-8 passes, or the soft-float runtime's"),
+    Symbol("nk_dot_i8n_family", "the attention scores' int8 group dot (dot_i8n \"family\": code the "
+           "model cannot inline, e.g. built for another target)",
+           "needle_kernels.h's nk_dot_i8n: the plain loop or a shared form (dot_i8n)"),
+    Symbol("nk_ws_i8n_family", "the weighted sum of int8 values over a run of positions "
+           "(weighted_sum \"family\")",
+           "needle_kernels.h's nk_ws_i8n or nk_mac_i8n (weighted_sum)"),
 )
 
 
@@ -121,7 +127,8 @@ class KernelFamily:
     def defines(self) -> frozenset[str]:
         """The contract's functions its template defines."""
         own = {"nk_gemm_a8_family": self.gemm_form == "family", "nk_columns8": self.key_columns,
-               "nk_fwht": self.own_fwht}
+               "nk_fwht": self.own_fwht, "nk_dot_i8n_family": self.dot_i8n == "family",
+               "nk_ws_i8n_family": self.weighted_sum == "family"}
         return frozenset([s.name for s in REQUIRED] + [name for name, yes in own.items() if yes])
 
 
@@ -150,7 +157,7 @@ FAMILIES: dict[str, KernelFamily] = {f.name: f for f in (
                  arch="Arm Cortex-M", fp16_convert=True, dot_i8n="helium", weighted_sum="helium",
                  own_fwht=True),
     KernelFamily("rvv", "kernels/rvv.c.j2", "RISC-V Vector 1.0, any VLEN from 128 (VWMUL + VWREDSUM dots)",
-                 arch="riscv64"),
+                 arch="riscv64", dot_i8n="family", weighted_sum="family", own_fwht=True),
     KernelFamily("x86", "kernels/x86.c.j2", "x86-64 with AVX2",
                  arch="x86-64", compile_flags=("-mavx2",), host_features=("avx2",),
                  gemm_form="family", attention_lanes=8, vector_float=True, key_columns=True,
