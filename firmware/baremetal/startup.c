@@ -137,15 +137,6 @@ void Reset_Handler(void)
 #define SCB_CFSR_STKOF     (1u << 20)       /* Armv8-M: SP went below its limit (MSPLIM) */
 #define EXC_RETURN_SPSEL   (1u << 2)        /* the frame is on the process stack (PSP) */
 
-static void fault_line(const char *fmt, ...)
-{
-    char line[128];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = hal_vformat(line, sizeof line, fmt, ap);
-    va_end(ap);
-    hal_err(line, n);
-}
 
 /* Runs on the fault stack (Fault_Handler switched to it).  frame: SP at exception entry,
  * where the core stacked r0-r3, r12, lr, pc, xpsr if it could. */
@@ -165,18 +156,18 @@ void fault_dump(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return)
      * the stack's bottom (MSPLIM leaves SP at the limit and writes nothing below it). */
     int stacked = !(cfsr & (SCB_CFSR_MSTKERR | SCB_CFSR_STKERR)) && !(main_stack && sp <= bottom);
     unsigned exc = ipsr & 0x1FFu;
-    fault_line("needle: fault: %s (exception %u)\n", exc < 7 ? names[exc] : "unexpected exception", exc);
+    hal_errf("needle: fault: %s (exception %u)\n", exc < 7 ? names[exc] : "unexpected exception", exc);
     if (overflow)
-        fault_line("needle: fault: stack overflow (sp=0x%x at or below the stack's bottom 0x%x): raise "
+        hal_errf("needle: fault: stack overflow (sp=0x%x at or below the stack's bottom 0x%x): raise "
                    "stack_bytes in the board file\n", (unsigned)sp, (unsigned)bottom);
     if (stacked) {
-        fault_line("needle: fault: r0=0x%x r1=0x%x r2=0x%x r3=0x%x\n", frame[0], frame[1], frame[2], frame[3]);
-        fault_line("needle: fault: r12=0x%x lr=0x%x pc=0x%x xpsr=0x%x\n", frame[4], frame[5], frame[6], frame[7]);
+        hal_errf("needle: fault: r0=0x%x r1=0x%x r2=0x%x r3=0x%x\n", frame[0], frame[1], frame[2], frame[3]);
+        hal_errf("needle: fault: r12=0x%x lr=0x%x pc=0x%x xpsr=0x%x\n", frame[4], frame[5], frame[6], frame[7]);
     } else {
-        fault_line("needle: fault: the core could not stack r0-r3, r12, lr, pc, xpsr (no room): "
+        hal_errf("needle: fault: the core could not stack r0-r3, r12, lr, pc, xpsr (no room): "
                    "only the status registers below are reliable\n");
     }
-    fault_line("needle: fault: cfsr=0x%x hfsr=0x%x mmfar=0x%x bfar=0x%x\n",
+    hal_errf("needle: fault: cfsr=0x%x hfsr=0x%x mmfar=0x%x bfar=0x%x\n",
                (unsigned)cfsr, (unsigned)SCB_HFSR, (unsigned)SCB_MMFAR, (unsigned)SCB_BFAR);
     hal_exit(FAULT_EXIT);
 }

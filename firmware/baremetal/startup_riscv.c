@@ -11,7 +11,6 @@
  * QEMU's virt machine with -bios none does (the reset vector jumps to the ELF entry).  CSR
  * instructions are written with `.option arch, +zicsr`: the board's -march names the base ISA
  * only (rv32imac, rv32imafc), which is how GCC 12 picks the matching multilib of picolibc. */
-#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -82,15 +81,6 @@ void reset_c(void)
  * instruction's bits (illegal instruction).  A store or load in the stack guard adds
  *   needle: fault: stack overflow (sp=0x.. at or below the stack's bottom 0x..): raise stack_bytes in the board file */
 #define FAULT_EXIT 4
-static void fault_line(const char *fmt, ...)
-{
-    char line[128];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = hal_vformat(line, sizeof line, fmt, ap);
-    va_end(ap);
-    hal_err(line, n);
-}
 
 /* Runs on the fault stack (trap_entry switched to it): the trap CSRs, and ra and sp as they
  * were when the trap was taken. */
@@ -108,13 +98,13 @@ void fault_dump(uint32_t mcause, uint32_t mepc, uint32_t mtval, uint32_t sp, uin
     uint32_t code = mcause & 0x7FFFFFFFu;
     int access = !interrupt && (code == 5u || code == 7u);
     int overflow = (access && mtval >= guard && mtval < bottom) || (sp >= guard && sp < bottom);
-    fault_line("needle: fault: %s (mcause %u%s)\n",
+    hal_errf("needle: fault: %s (mcause %u%s)\n",
                interrupt ? "unexpected interrupt" : code < 16u ? names[code] : "unexpected exception",
                (unsigned)code, interrupt ? ", interrupt" : "");
     if (overflow)
-        fault_line("needle: fault: stack overflow (sp=0x%x at or below the stack's bottom 0x%x): raise "
+        hal_errf("needle: fault: stack overflow (sp=0x%x at or below the stack's bottom 0x%x): raise "
                    "stack_bytes in the board file\n", (unsigned)sp, (unsigned)bottom);
-    fault_line("needle: fault: mepc=0x%x mtval=0x%x ra=0x%x sp=0x%x\n",
+    hal_errf("needle: fault: mepc=0x%x mtval=0x%x ra=0x%x sp=0x%x\n",
                (unsigned)mepc, (unsigned)mtval, (unsigned)ra, (unsigned)sp);
     hal_exit(FAULT_EXIT);
 }

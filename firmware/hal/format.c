@@ -75,6 +75,16 @@ void hal_printf(const char *fmt, ...)
     hal_out(line, n);
 }
 
+void hal_errf(const char *fmt, ...)
+{
+    char line[128];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = hal_vformat(line, sizeof line, fmt, ap);
+    va_end(ap);
+    hal_err(line, n);
+}
+
 int hal_fail(int code, const char *fmt, ...)
 {
     char line[512];

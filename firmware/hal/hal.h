@@ -52,6 +52,9 @@ int hal_same_file(const char *a, const char *b);
  * NUL-terminated); returns the length written. */
 size_t hal_vformat(char *buf, size_t cap, const char *fmt, va_list ap);
 void hal_printf(const char *fmt, ...);
+/* One formatted line of at most 127 bytes on standard error, from a buffer small enough for
+ * the bare-metal fault handlers' own stack (startup.c, startup_riscv.c). */
+void hal_errf(const char *fmt, ...);
 
 /* One error line, "needle: error: <fmt...>\n", on standard error; returns `code` (the exit
  * status the caller passes on). */

@@ -227,6 +227,25 @@ _TARGET_RE = re.compile(r"^[0-9a-f]+ <([^>+]+)>$")
 _BRANCH_RE = re.compile(r"^b(l|eq|ne|cs|cc|hs|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al)?(\.[nw])?$")
 
 
+def _instructions(text: str, d: Disassembly, starts: dict | None = None):
+    """The instructions of `objdump -d --no-show-raw-insn` output, as (function, mnemonic, the
+    rest of the line); each function gets its entry in d.frame and d.callees (and its start
+    address in `starts`) when its header passes."""
+    name = None
+    for line in text.splitlines():
+        m = _FUNC_RE.match(line)
+        if m:
+            name = m.group(2)
+            if starts is not None:
+                starts[int(m.group(1), 16)] = name
+            d.frame.setdefault(name, 0)
+            d.callees.setdefault(name, set())
+            continue
+        m = _INSN_RE.match(line)
+        if m and name is not None:
+            yield name, m.group(2), m.group(3) or ""
+
+
 def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
     """Read `objdump -d --no-show-raw-insn` output of a Thumb image.  A function's frame is
     the sum of every SP decrement in its body (conservative where two paths each push
@@ -237,19 +256,8 @@ def parse_disassembly(text: str, skip_words: set | None = None) -> Disassembly:
     movw_words: set = set()         # movw/movt values
     starts: dict = {}               # function start address -> name
     movw: dict = {}
-    name = None
-    for line in text.splitlines():
-        m = _FUNC_RE.match(line)
-        if m:
-            name = m.group(2)
-            starts[int(m.group(1), 16)] = name
-            d.frame.setdefault(name, 0)
-            d.callees.setdefault(name, set())
-            continue
-        m = _INSN_RE.match(line)
-        if not m or name is None:
-            continue
-        mnemonic, operands = m.group(2), (m.group(3) or "").split("\t")[0].split(";")[0].strip()
+    for name, mnemonic, rest in _instructions(text, d, starts):
+        operands = rest.split("\t")[0].split(";")[0].strip()
         if mnemonic == ".word":
             words.add(int(operands.split()[0], 0))
             continue
@@ -309,19 +317,7 @@ def parse_disassembly_riscv(text: str) -> Disassembly:
     target (objdump names it in a comment).  A jalr or jr through a register other than ra
     is an indirect call."""
     d = Disassembly()
-    name = None
-    for line in text.splitlines():
-        m = _FUNC_RE.match(line)
-        if m:
-            name = m.group(2)
-            d.frame.setdefault(name, 0)
-            d.callees.setdefault(name, set())
-            continue
-        m = _INSN_RE.match(line)
-        if not m or name is None:
-            continue
-        mnemonic = m.group(2)
-        rest = m.group(3) or ""
+    for name, mnemonic, rest in _instructions(text, d):
         operands, _, comment = rest.partition("#")
         operands = operands.strip()
         delta = rv_frame_delta(mnemonic, operands)
