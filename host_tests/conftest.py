@@ -56,16 +56,10 @@ FILE_TIERS = {
 TIER_OF_FILE = {f"{name}.py": tier for tier, names in FILE_TIERS.items() for name in names}
 
 
-@pytest.hookimpl(tryfirst=True)      # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Each test gets its file's tier unless it carries one; a test in two tiers would run twice
-    in the hosted CI's shards, so it is refused.  And each test without an xdist group of its
-    own goes with its file (pytest.ini: --dist loadgroup), so a file's module and session
-    fixtures are made once per worker, as --dist loadfile would; a file whose long tests can
-    run apart names groups of its own (test_boards.py: one per board)."""
+    in the hosted CI's shards, so it is refused."""
     for item in items:
-        if not any(True for _ in item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
         if len(tiers) > 1:
             raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(tiers)}: a test is in at "

@@ -24,7 +24,7 @@ GOLDEN = ROOT / "host_tests" / "golden"
 # The goldens write logits to a host file (--logits FILE): boards without host files (a UART
 # console, console = "uart") cannot, and host_tests/test_uart.py covers them instead.
 # Boards without an emulator (emulator.command = []: the real development boards, e.g.
-# rp2350-pico-plus2, stm32h750b-dk) are built and checked by test_board_builds_every_golden_archive
+# rp2350-pico-plus2, stm32h750b-dk) are built and checked by the `built` fixture (board=all)
 # but cannot run here: host_tests/test_flash.py covers them.
 BOARDS = [b for b in boards.names() if b != "host" and boards.has_host_files(boards.load(b))
           and boards.load(b)["emulator"]["command"]]
@@ -32,45 +32,17 @@ ARCHIVES = ["tiny", "small", "tiny-wrap-kv4", "n3-tiny", "n3-small", "n3-rung"]
 TOL = 1e-3
 
 
-# the boards that cannot run here (a UART console, or no emulator): built for every golden
-# archive all the same (test_board_builds_every_golden_archive)
-BUILD_ONLY = [b for b in boards.names() if b != "host" and b not in BOARDS]
-
-
-def by_board(names: list[str]) -> list:
-    """Board parameters, each board's tests one xdist group: the workers take boards, and a
-    worker builds only the boards it runs (host_tests/conftest.py)."""
-    return [pytest.param(b, marks=pytest.mark.xdist_group(f"board-{b}")) for b in names]
-
-
-class _Builds(dict):
-    """(board, archive) -> the board's build directory for that golden archive, built on first
-    use (one scons run per pair), so each worker builds only what its tests read."""
-
-    def __init__(self, root: Path):
-        super().__init__()
-        self.root = root
-
-    def __missing__(self, key):
-        board, name = key
-        out = self.root / name / board
-        scons(f"board={board}", f"archive={GOLDEN / name / 'archive.cact'}", f"build={out}")
-        self[key] = out
-        return out
-
-
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """(board, archive) -> its build dir, built when a test first asks (a session per worker)."""
-    return _Builds(tmp_path_factory.mktemp("boards"))
-
-
-@pytest.mark.parametrize("board_name", by_board(BUILD_ONLY))
-def test_board_builds_every_golden_archive(built, board_name):
-    """A board that cannot run here still builds, links and passes the post-link check (memory
-    budgets, stack, images) for every golden archive of both generations."""
+    """(board, archive) -> (build dir, board data); one scons run per golden archive builds
+    every board (board=all)."""
+    root = tmp_path_factory.mktemp("boards")
+    out = {}
     for name in ARCHIVES:
-        assert (built[board_name, name] / "memory.txt").is_file()
+        scons("board=all", f"archive={GOLDEN / name / 'archive.cact'}", f"build={root / name}")
+        for b in BOARDS:
+            out[b, name] = root / name / b
+    return out
 
 
 def engine_of(board: dict, build_dir: Path, archive: str = "tiny") -> tuple[Path, Path | None]:
@@ -84,7 +56,7 @@ def engine_of(board: dict, build_dir: Path, archive: str = "tiny") -> tuple[Path
 
 
 @pytest.mark.parametrize("name", ARCHIVES)
-@pytest.mark.parametrize("board_name", by_board(BOARDS))
+@pytest.mark.parametrize("board_name", BOARDS)
 def test_board_matches_goldens(built, board_name, name, tmp_path, board_runner):
     board = boards.load(board_name)
     engine = board_runner(board, *engine_of(board, built[board_name, name], name))
@@ -135,7 +107,7 @@ def _twin_envelope(name: str, tools: str) -> dict:
 
 @pytest.mark.parametrize("tools", sorted(CALLS))
 @pytest.mark.parametrize("name", ["tiny", "n3-tiny"])
-@pytest.mark.parametrize("board_name", by_board(BOARDS))
+@pytest.mark.parametrize("board_name", BOARDS)
 def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, tmp_path, board_runner):
     """A forced tool call, constrained, under the board's emulator: the envelope (timings and
     memory aside) is the Python twin's, token for token (docs/grammar.md)."""
@@ -151,7 +123,7 @@ def test_board_constrained_call_equals_the_twin(built, board_name, name, tools, 
     assert got["type"] == "call" and got["function_calls"]
 
 
-@pytest.mark.parametrize("board_name", by_board(BOARDS))
+@pytest.mark.parametrize("board_name", BOARDS)
 def test_board_boot_check_and_errors(built, board_name, tmp_path, board_runner):
     """Errors are one line with a real exit status under emulation too."""
     board = boards.load(board_name)
