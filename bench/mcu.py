@@ -31,8 +31,7 @@ import sys
 from pathlib import Path
 
 from generator.archive.format import CQ_GROUP
-from generator.build import boards, flags
-from generator.build import sources as sources_of
+from generator.build import boards, flags, sdk
 from generator.build.runner import BoardRunner
 from generator.errors import CactError
 
@@ -207,8 +206,8 @@ def kernel_driver(board_name: str, family: str, out_dir: Path) -> Path:
         "bench_rows": BENCH_SHAPE[0], "bench_groups": BENCH_SHAPE[1]}))
     cc = boards.compiler(board)
     fw = ROOT / "firmware"
-    sources = [out_dir / "driver.c", *(fw / src for src in sources_of.board_support_sources(boards.board_arch(board))),
-               *(fw / src for src in boards.hal_sources(board) + boards.runtime_sources(board))]
+    sources = [out_dir / "driver.c",
+               *(fw / src for src in sdk.board_support_sources(board) + boards.runtime_sources(board))]
     if (gen / "needle_archive.S").exists():
         sources.append(gen / "needle_archive.S")
     elf = out_dir / "driver.elf"

@@ -151,12 +151,11 @@ def riscv_float_abi(board: dict) -> tuple[str, str] | None:
     """A RISC-V board's (floating-point extensions of -march, float ABI of -mabi): ("", "soft"),
     ("f", "single"), ("fd", "double"); None off RISC-V or without -mabi (a zig board: its
     target's default ABI).  "g" in -march stands for imafd."""
-    if not board_arch(board).startswith("riscv") or not _flag(board["arch_flags"], "-mabi="):
-        return None
-    march = _flag(board["arch_flags"], "-march=")
-    base = march[4:].split("_")[0]
-    fext = "".join(x for x in "fd" if x in base or "g" in base)
     abi = _flag(board["arch_flags"], "-mabi=")
+    if not abi or not board_arch(board).startswith("riscv"):
+        return None
+    base = _flag(board["arch_flags"], "-march=")[4:].split("_")[0]
+    fext = "".join(x for x in "fd" if x in base or "g" in base)
     return fext, {"d": "double", "f": "single"}.get(abi[-1:] if abi[-1:] in "fd" else "", "soft")
 
 

@@ -348,29 +348,35 @@ _ADDRESS_RELOCS = (2, 38)
 _RV_ADDRESS_RELOCS = (1, 23, 26)
 
 
+def _loaded_relocations(elf: ELFFile):
+    """(relocation sections of the loaded image's sections, as (section relocated, its
+    relocation section) pairs, or None when the link kept none (-Wl,--emit-relocs)).  Debug
+    information names functions too: only sections the image loads count."""
+    from elftools.elf.relocation import RelocationSection
+    pairs = [(elf.get_section(sec["sh_info"]), sec) for sec in elf.iter_sections()
+             if isinstance(sec, RelocationSection)]
+    pairs = [(target, sec) for target, sec in pairs if target["sh_flags"] & SH_FLAGS.SHF_ALLOC]
+    return pairs or None
+
+
 def _relocated_targets_riscv(elf: ELFFile, starts: dict) -> set | None:
     """RISC-V: the functions an address-taking relocation points at (symbol + addend), outside
     .vectors (the entry takes the trap handler's address, which runs on its own stack).  None
     when the image kept no relocations (-Wl,--emit-relocs)."""
-    from elftools.elf.relocation import RelocationSection
-    taken, found = set(), False
+    pairs = _loaded_relocations(elf)
     symtab = elf.get_section_by_name(".symtab")
-    for sec in elf.iter_sections():
-        if not isinstance(sec, RelocationSection):
-            continue
-        target = elf.get_section(sec["sh_info"])
-        if not target["sh_flags"] & SH_FLAGS.SHF_ALLOC:
-            continue
-        found = True
-        if target.name == ".vectors":
+    if pairs is None:
+        return None
+    taken = set()
+    for target, sec in pairs:
+        if target.name == ".vectors" or symtab is None:
             continue
         for rel in sec.iter_relocations():
-            if rel["r_info_type"] not in _RV_ADDRESS_RELOCS or symtab is None:
-                continue
-            value = symtab.get_symbol(rel["r_info_sym"])["st_value"] + rel["r_addend"]
-            if value in starts:
-                taken.add(starts[value])
-    return taken if found else None
+            if rel["r_info_type"] in _RV_ADDRESS_RELOCS:
+                value = symtab.get_symbol(rel["r_info_sym"])["st_value"] + rel["r_addend"]
+                if value in starts:
+                    taken.add(starts[value])
+    return taken
 
 
 def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
@@ -379,15 +385,11 @@ def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
     that merely equal an address (tokenizer tables, packed weights) are not pointers.  The
     vector table does not make its handlers callable through a pointer.  None when the image
     kept no relocations."""
-    from elftools.elf.relocation import RelocationSection
-    taken, found = set(), False
-    for sec in elf.iter_sections():
-        if not isinstance(sec, RelocationSection):
-            continue
-        target = elf.get_section(sec["sh_info"])
-        if not target["sh_flags"] & SH_FLAGS.SHF_ALLOC:
-            continue               # debug information names functions too
-        found = True
+    pairs = _loaded_relocations(elf)
+    if pairs is None:
+        return None
+    taken = set()
+    for target, sec in pairs:
         if target.name == ".vectors" or target["sh_type"] == "SHT_NOBITS":
             continue
         data = target.data()
@@ -397,7 +399,7 @@ def _relocated_addresses(elf: ELFFile, starts: dict) -> set | None:
                 (w,) = struct.unpack_from("<I", data, off)
                 if w & 1 and (w & ~1) in starts:
                     taken.add(starts[w & ~1])
-    return taken if found else None
+    return taken
 
 
 def disassemble(elf_path: str, objdump: str) -> Disassembly:
@@ -597,8 +599,8 @@ def check_stack(rep: Report, elf_path: str, board: dict, obj_dir: str) -> None:
                         f"exception reserve = {need:,} > stack_bytes {stack:,}; raise stack_bytes in "
                         f"boards/{board['name']}.toml to at least {-(-need // 1024) * 1024:,}")
     big, big_name = largest_frame(obj_dir, disasm)
+    from generator.codegen.pipeline import stack_guard_kind
     if guard:
-        from generator.codegen.pipeline import stack_guard_kind
         unit = {"pmp": "PMP"}.get(stack_guard_kind(board), "MPU")
         if big > guard:
             raise CactError(f"{big_name}'s stack frame ({big:,} bytes) is larger than board "
@@ -607,7 +609,6 @@ def check_stack(rep: Report, elf_path: str, board: dict, obj_dir: str) -> None:
         rep.stack_guard = (f"{unit} region, {guard:,} bytes below the stack (no access; the largest "
                            f"frame, {big_name}, takes {big:,})")
     else:
-        from generator.codegen.pipeline import stack_guard_kind
         rep.stack_guard = {"msplim": "MSPLIM at the stack's bottom (the core's stack-limit check)"}.get(
             stack_guard_kind(board), "none on this core")
     fault = sections.get(".fault_stack", 0)
